@@ -1,0 +1,31 @@
+# Two commands do all set-up on a fresh machine (Python 3.11 with pip and venv):
+#   make demo   create .venv, install loops with the embedded model, run a Creator–Critic–Iterator loop
+#   make test   install the test tools too and run the whole test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEMO_REQUIREMENTS ?= Write a two-sentence product description for a reusable water bottle.
+
+.PHONY: demo test clean
+
+demo: $(VENV)/.installed-local
+	$(BIN)/loops refine "$(DEMO_REQUIREMENTS)" --max-iterations 2 --trace demo-trace.jsonl
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# llama-cpp-python compiles from source the first time (about 6-8 minutes on 2 cores); pip caches the wheel.
+$(VENV)/.installed-local: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[local]'
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[local,dev]'
+	touch $@ $(VENV)/.installed-local
+
+clean:
+	rm -rf $(VENV) demo-trace.jsonl

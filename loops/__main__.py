@@ -1,0 +1,3 @@
+from loops.cli import main
+
+main()

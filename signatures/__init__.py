@@ -1,0 +1,14 @@
+"""DSPy signatures of the loop roles, and the pydantic types their phases exchange."""
+
+from signatures.creator_critic import CreatorSignature, CriticSignature, IteratorSignature
+from signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
+
+__all__ = [
+    "ControllerDecision",
+    "CreatorSignature",
+    "CriticSignature",
+    "IteratorSignature",
+    "StructuredAnalysisResult",
+    "TaskResult",
+    "ValidationResult",
+]

@@ -1,0 +1,142 @@
+"""Data contracts of the Execute–Validate–Controller loop.
+
+Every model is frozen: a phase hands its result to the next phase and the loop's history keeps it,
+so nobody may change it afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "ControllerDecision",
+    "StructuredAnalysisResult",
+    "TaskResult",
+    "ValidationResult",
+]
+
+_REPR_LIMIT = 200
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class TaskResult(_Frozen):
+    """What the executor produced in one iteration: a status, its content and the files it wrote.
+
+    `files` maps a path relative to the workspace to the full text of that file.
+    """
+
+    status: Literal["COMPLETE", "FAILED"]
+    content: Any = None
+    notes: dict[str, Any] = Field(default_factory=dict)
+    files: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _normalise_status(cls, value: Any) -> Any:
+        # LMs write "complete" or " Complete" as often as "COMPLETE".
+        return value.strip().upper() if isinstance(value, str) else value
+
+
+class ValidationResult(_Frozen):
+    """The outcome of running a validator (usually a test command) on the executor's work.
+
+    `error` is set when the run itself went wrong (timeout, crash of the harness), as opposed to the
+    command merely failing, which only shows in `exit_code`. `passed`/`failed` are test counts when
+    the validator knows them.
+    """
+
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int
+    error: str | None = None
+    passed: int | None = None
+    failed: int | None = None
+    timed_out: bool = False
+    seconds: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited with 0 and nothing went wrong around it."""
+        return self.exit_code == 0 and self.error is None
+
+
+class StructuredAnalysisResult(_Frozen):
+    """The analyzer's verdict on one iteration and, on failure, the input for the next one."""
+
+    success: bool
+    analysis: str
+    next_input: str | None = None
+    new_files: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _next_input_required_on_failure(self) -> StructuredAnalysisResult:
+        if not self.success and not (self.next_input and self.next_input.strip()):
+            raise ValueError(
+                "next_input is required (a non-empty string) when success is false: "
+                "it is the input the executor gets in the next iteration"
+            )
+        return self
+
+
+_ACCEPTED_FORMS = (
+    "ControllerDecision, a 2-element list/tuple ('continue' | 'stop', value), "
+    "or a dict {'action': 'continue' | 'stop', 'value': ...}"
+)
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 1] + "…"
+
+
+class ControllerDecision(_Frozen):
+    """The controller's verdict: `continue` with a value for the next iteration, or `stop` with the
+    final value. Use `ControllerDecision.coerce` to accept the ADR's tuple and dict forms."""
+
+    action: Literal["continue", "stop"]
+    value: Any = None
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _normalise_action(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @classmethod
+    def proceed(cls, value: Any = None) -> ControllerDecision:
+        """Continue the loop with `value` (named `proceed` because `continue` is a keyword)."""
+        return cls(action="continue", value=value)
+
+    @classmethod
+    def stop(cls, value: Any = None) -> ControllerDecision:
+        """Stop the loop with `value` as the result."""
+        return cls(action="stop", value=value)
+
+    @property
+    def should_stop(self) -> bool:
+        return self.action == "stop"
+
+    @classmethod
+    def coerce(cls, raw: Any) -> ControllerDecision:
+        """Turn what a controller returned into a decision, or raise `DecisionError` saying why not."""
+        # Imported here, not at the top: `loops` imports this module, and a top-level import back
+        # into `loops` would make `import signatures.results` circular when it is imported first.
+        from loops.errors import DecisionError
+
+        if isinstance(raw, ControllerDecision):
+            return raw
+        action: Any = None
+        value: Any = None
+        if isinstance(raw, (list, tuple)) and len(raw) == 2 and isinstance(raw[0], str):
+            action, value = raw
+        elif isinstance(raw, dict) and "action" in raw and set(raw) <= {"action", "value"}:
+            action, value = raw["action"], raw.get("value")
+        if isinstance(action, str) and action.strip().lower() in ("continue", "stop"):
+            return cls(action=action, value=value)
+        raise DecisionError(
+            f"controller returned {_short_repr(raw)}, which is not a decision; expected {_ACCEPTED_FORMS}"
+        )

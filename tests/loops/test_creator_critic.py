@@ -1,0 +1,357 @@
+import asyncio
+import re
+
+import dspy
+import pytest
+from dspy.lm15 import RateLimitError, TransportError
+from dspy.utils import exceptions as dspy_errors
+
+from loops import Budget, CreatorCriticIterator, LimitReached, RetryPolicy, observing
+from signatures import CriticSignature, IteratorSignature
+from tests.scripted import calls, request_text, scripted_lm
+
+NO_WAIT = RetryPolicy(backoff_s=0)
+
+
+def created(draft="draft 0"):
+    return {"reasoning": "plan", "response": "approach", "draft": draft}
+
+
+def verdict(approved=False, passed=0, feedback="make it better"):
+    """A critic answer with `passed` of the three criteria met (all three when approved)."""
+    flags = [approved or passed > n for n in range(3)]
+    return {
+        "accuracy_completed": flags[0],
+        "completeness_completed": flags[1],
+        "quality_completed": flags[2],
+        "response": "assessment",
+        "feedback": "" if approved else feedback,
+        "completed": approved,
+    }
+
+
+def revised(draft):
+    return {"response": "changed things", "improved_draft": draft}
+
+
+def loop_with(creator, critic, iterator, **options):
+    """A module whose three roles each answer from their own scripted LM."""
+    module = CreatorCriticIterator(retry=NO_WAIT, **options)
+    lms = {"creator": scripted_lm(creator), "critic": scripted_lm(critic), "iterator": scripted_lm(iterator)}
+    for role, lm in lms.items():
+        getattr(module, role).set_lm(lm)
+    return module, lms
+
+
+def call_counts(lms):
+    return {role: calls(lm) for role, lm in lms.items()}
+
+
+def test_approved_by_the_first_critic():
+    module, lms = loop_with([created("D0")], [verdict(approved=True)], [])
+
+    result = module(requirements="a haiku about rain")
+
+    assert (result.final_draft, result.approved, result.iterations) == ("D0", True, 0)
+    assert result.stop_reason == "approved"
+    assert result.warnings == []
+    assert call_counts(lms) == {"creator": 1, "critic": 1, "iterator": 0}
+    assert [(step.role, step.iteration) for step in result.trace] == [("creator", 0), ("critic", 0)]
+
+
+def test_approved_after_two_revisions():
+    module, lms = loop_with(
+        [created("D0")],
+        [verdict(feedback="too long"), verdict(feedback="wrong tone"), verdict(approved=True)],
+        [revised("D1"), revised("D2")],
+    )
+
+    result = module(requirements="a haiku about rain")
+
+    assert (result.final_draft, result.approved, result.iterations, result.stop_reason) == ("D2", True, 2, "approved")
+    assert call_counts(lms) == {"creator": 1, "critic": 3, "iterator": 2}
+    iterator_inputs = [step.inputs for step in result.trace if step.role == "iterator"]
+    assert [inputs["critic_feedback"] for inputs in iterator_inputs] == ["too long", "wrong tone"]
+    assert [inputs["current_draft"] for inputs in iterator_inputs] == ["D0", "D1"]
+    assert iterator_inputs[0]["accuracy_issue"] is True
+
+
+@pytest.mark.parametrize("max_iterations", [0, 1, 4])
+def test_never_approved_stops_at_max_iterations_with_exact_calls(max_iterations):
+    drafts = [f"D{n}" for n in range(max_iterations + 1)]
+    module, lms = loop_with(
+        [created(drafts[0])],
+        [verdict(passed=1) for _ in drafts],
+        [revised(draft) for draft in drafts[1:]],
+        max_iterations=max_iterations,
+    )
+
+    result = module(requirements="r")
+
+    assert call_counts(lms) == {"creator": 1, "critic": max_iterations + 1, "iterator": max_iterations}
+    assert result.iterations == max_iterations
+    assert result.stop_reason == "max_iterations"
+    assert result.approved is False
+    assert result.final_draft == drafts[-1]  # all judged equal: ties go to the latest
+    assert any("max_iterations" in warning for warning in result.warnings)
+
+
+def test_never_approved_returns_the_draft_the_critic_judged_best():
+    module, _ = loop_with(
+        [created("D0")],
+        [verdict(passed=1), verdict(passed=2), verdict(passed=0)],
+        [revised("D1"), revised("D2")],
+        max_iterations=2,
+    )
+
+    result = module(requirements="r")
+
+    assert (result.final_draft, result.approved, result.stop_reason) == ("D1", False, "max_iterations")
+
+
+def test_max_iterations_can_be_overridden_per_call():
+    module, lms = loop_with([created()], [verdict(), verdict()], [revised("D1")], max_iterations=5)
+
+    result = module(requirements="r", max_iterations=1)
+
+    assert result.iterations == 1
+    assert call_counts(lms) == {"creator": 1, "critic": 2, "iterator": 1}
+    assert module.budget.max_iterations == 5
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_timeout_ends_the_loop_with_the_best_judged_draft():
+    clock = FakeClock()
+
+    def slow(answer):
+        def respond(engine, request):
+            clock.now += 60  # every LM call "takes" a minute
+            return answer
+        return respond
+
+    module, lms = loop_with(slow(created("D0")), slow(verdict(passed=2)), slow(revised("D1")), clock=clock)
+
+    result = module(requirements="r", timeout_s=150)
+
+    assert result.stop_reason == "timeout"
+    assert (result.final_draft, result.approved) == ("D0", False)
+    assert call_counts(lms) == {"creator": 1, "critic": 1, "iterator": 1}
+    assert any("timeout" in warning for warning in result.warnings)
+
+
+def test_lm_call_limit_ends_the_loop():
+    module, lms = loop_with([created("D0")], [verdict(passed=1)] * 3, [revised("D1")] * 3)
+
+    result = module(requirements="r", max_lm_calls=3)
+
+    assert result.stop_reason == "lm_calls"
+    assert result.lm_calls == 3
+    assert call_counts(lms) == {"creator": 1, "critic": 1, "iterator": 1}
+    # The revision was never judged, so the judged first draft is the result.
+    assert result.final_draft == "D0"
+
+
+def test_context_limit_ends_the_loop_and_warns_first():
+    long = "x" * 400
+    module, _ = loop_with([created(long)], [verdict(feedback=long)] * 5, [revised(long)] * 5, max_iterations=5)
+
+    result = module(requirements="r", max_context_chars=2000)
+
+    assert result.stop_reason == "context_limit"
+    assert any("% of max_context_chars" in warning for warning in result.warnings)
+    assert any("max_context_chars=2000" in warning for warning in result.warnings)
+    assert result.final_draft == long
+
+
+def test_strict_mode_raises_at_a_limit_with_the_partial_result():
+    module, _ = loop_with([created("D0")], [verdict()], [], max_iterations=0, strict=True)
+
+    with pytest.raises(LimitReached) as raised:
+        module(requirements="r")
+
+    assert raised.value.reason == "max_iterations"
+    assert raised.value.prediction.final_draft == "D0"
+
+
+def test_a_transient_lm_error_is_retried():
+    module, lms = loop_with([created("D0")], [RateLimitError("slow down"), verdict(approved=True)], [])
+
+    result = module(requirements="r")
+
+    assert (result.stop_reason, result.approved) == ("approved", True)
+    critic_step = result.trace[1]
+    assert (critic_step.role, critic_step.attempts, critic_step.error) == ("critic", 2, None)
+    assert calls(lms["critic"]) == 2
+
+
+def test_transient_errors_beyond_the_retries_end_the_loop_with_the_work_kept():
+    module, _ = loop_with([created("D0")], [TransportError("connection reset")] * 3, [])
+
+    result = module(requirements="r")
+
+    assert result.stop_reason == "error"
+    assert result.final_draft == "D0"  # the unjudged draft is better than nothing
+    assert result.approved is False
+    assert isinstance(result.error.__cause__, dspy_errors.LMTransportError)
+    assert "critic failed after 3 attempt(s)" in str(result.error)
+    assert result.trace[-1].role == "critic" and "connection reset" in result.trace[-1].error
+
+
+def test_an_unparseable_answer_is_asked_again_once():
+    # ChatAdapter falls back to JSONAdapter on a parse failure: garbage costs two LM calls.
+    module, lms = loop_with([created("D0")], ["no idea", "still none", verdict(approved=True)], [])
+
+    result = module(requirements="r")
+
+    assert (result.stop_reason, result.approved) == ("approved", True)
+    assert calls(lms["critic"]) == 3
+    assert any("could not be parsed" in warning for warning in result.warnings)
+
+
+def test_an_answer_that_stays_unparseable_ends_the_loop_gracefully():
+    module, _ = loop_with([created("D0")], ["garbage"] * 4, [])
+
+    result = module(requirements="r")
+
+    assert result.stop_reason == "error"
+    assert result.final_draft == "D0"
+    assert "critic failed after 2 attempt(s): its answer could not be parsed" in str(result.error)
+    assert [step.role for step in result.trace] == ["creator", "critic"]
+
+
+def scripts():
+    return (
+        [created("D0")],
+        [verdict(passed=1, feedback="f1"), verdict(passed=2, feedback="f2"), verdict(approved=True)],
+        [revised("D1"), revised("D2")],
+    )
+
+
+def summary(result):
+    return (
+        result.final_draft, result.approved, result.iterations, result.stop_reason, result.warnings,
+        [(step.role, step.iteration, step.inputs, step.outputs, step.attempts) for step in result.trace],
+    )
+
+
+def test_forward_and_aforward_run_the_same_loop():
+    sync_module, sync_lms = loop_with(*scripts())
+    async_module, async_lms = loop_with(*scripts())
+
+    sync_result = sync_module(requirements="r", context="c")
+    async_result = asyncio.run(async_module.acall(requirements="r", context="c"))
+
+    assert summary(sync_result) == summary(async_result)
+    assert call_counts(sync_lms) == call_counts(async_lms) == {"creator": 1, "critic": 3, "iterator": 2}
+
+
+async def test_twenty_concurrent_runs_keep_their_histories_apart():
+    def respond(engine, request):
+        text = request_text(request)
+        task = re.search(r"task-\d+", text).group()
+        assert set(re.findall(r"task-\d+", text)) == {task}, "another run's content leaked into this call"
+        if "You are the CREATOR" in text:
+            return created(f"{task} v0")
+        if "You are the ITERATOR" in text:
+            own_earlier_turns = sum(message.role == "assistant" for message in request.messages)
+            return revised(f"{task} v{own_earlier_turns + 1}")
+        return verdict(approved=f"{task} v2" in text.split("[[ ## current_draft ## ]]")[-1])
+
+    module = CreatorCriticIterator(retry=NO_WAIT)
+    lm = scripted_lm(respond)
+
+    with dspy.context(lm=lm):
+        results = await asyncio.gather(*(module.acall(requirements=f"write task-{n}") for n in range(20)))
+
+    assert [result.final_draft for result in results] == [f"task-{n} v2" for n in range(20)]
+    assert all(result.approved and result.iterations == 2 for result in results)
+    assert calls(lm) == 20 * 6
+
+
+def test_each_role_history_holds_its_own_earlier_turns():
+    module, lms = loop_with(*scripts())
+
+    result = module(requirements="r")
+
+    critic_turns = result.histories["critic"].messages
+    assert [turn["current_draft"] for turn in critic_turns] == ["D0", "D1", "D2"]
+    assert [turn["feedback"] for turn in critic_turns[:2]] == ["f1", "f2"]
+    assert "draft" not in critic_turns[0]  # no other role's fields
+    messages = dspy.ChatAdapter().format(
+        CriticSignature,
+        demos=[],
+        inputs={"requirements": "r", "current_draft": "D3", "history": result.histories["critic"]},
+    )
+    rendered = "\n".join(str(message["content"]) for message in messages)
+    for earlier in ("D0", "D1", "D2", "f1", "f2"):
+        assert earlier in rendered
+    iterator_messages = dspy.ChatAdapter().format(
+        IteratorSignature,
+        demos=[],
+        inputs={"requirements": "r", "current_draft": "D2", "critic_feedback": "f3", "accuracy_issue": False,
+                "completeness_issue": False, "quality_issue": True, "history": result.histories["iterator"]},
+    )
+    rendered = "\n".join(str(message["content"]) for message in iterator_messages)
+    for earlier in ("D0", "D1", "f1", "f2"):
+        assert earlier in rendered
+    # And what the LM actually received on the third critic call carried the first two drafts.
+    last_critic_request = request_text(lms["critic"].engine.requests[-1])
+    assert "D0" in last_critic_request and "f1" in last_critic_request
+
+
+def test_roles_are_named_predictors_and_save_load_round_trips(tmp_path):
+    module = CreatorCriticIterator()
+    module.critic.demos = [dspy.Example(requirements="r", current_draft="d", **verdict(approved=True))]
+
+    assert [name for name, _ in module.named_predictors()] == ["creator.predict", "critic", "iterator"]
+
+    path = tmp_path / "cci.json"
+    module.save(path)
+    loaded = CreatorCriticIterator()
+    loaded.load(path)
+
+    assert loaded.dump_state() == module.dump_state()
+    assert loaded.critic.demos[0]["current_draft"] == "d"
+
+
+def test_observers_see_every_role_start_and_finish():
+    module, _ = loop_with(*scripts())
+    events = []
+
+    class Recorder:
+        def role_started(self, role, iteration):
+            events.append(("start", role, iteration))
+
+        def step_finished(self, step):
+            events.append(("end", step.role, step.iteration))
+
+    with observing(Recorder()):
+        module(requirements="r")
+
+    assert events[:4] == [("start", "creator", 0), ("end", "creator", 0), ("start", "critic", 0), ("end", "critic", 0)]
+    assert len(events) == 12
+
+
+def test_trace_steps_are_json_ready():
+    module, _ = loop_with(*scripts())
+
+    result = module(requirements="r")
+
+    step = result.trace[0].to_dict()
+    assert step["role"] == "creator" and step["outputs"]["draft"] == "D0"
+    assert step["tokens"] == {"input": 10, "output": 5}
+
+
+def test_a_whole_budget_can_be_passed_per_call():
+    module, _ = loop_with([created("D0")], [verdict()], [])
+
+    result = module(requirements="r", budget=Budget(max_iterations=0))
+
+    assert (result.stop_reason, result.iterations) == ("max_iterations", 0)

@@ -1,0 +1,89 @@
+"""A scripted LM for tests: a real `dspy.LM` whose engine answers from a script instead of a model.
+
+A script is a list (answers in order) or a function of the request. An answer is a dict of output
+fields (rendered in ChatAdapter's format), raw text (to simulate garbage), or an exception (raised,
+to simulate an LM failure).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import dspy
+from dspy.lm15 import Message, Response, TextPart, Usage, response_to_events
+
+Answer = dict[str, Any] | str | BaseException
+Script = list[Answer] | Callable[["ScriptedEngine", Any], Answer]
+
+
+def chat_format(fields: dict[str, Any]) -> str:
+    sections = [f"[[ ## {name} ## ]]\n{value if isinstance(value, str) else json.dumps(value)}"
+                for name, value in fields.items()]
+    return "\n\n".join([*sections, "[[ ## completed ## ]]"])
+
+
+def request_text(request: Any) -> str:
+    system = request.system if isinstance(request.system, str) else ""
+    return "\n".join([system, *(message.text or "" for message in request.messages)])
+
+
+class ScriptedEngine:
+    def __init__(self, script: Script):
+        self.script = script if callable(script) else list(script)
+        self.requests: list[Any] = []
+        self._lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict) -> ScriptedEngine:
+        return self
+
+    def complete(self, request: Any) -> Response:
+        with self._lock:
+            self.requests.append(request)
+            if callable(self.script):
+                answer = self.script(self, request)
+            elif self.script:
+                answer = self.script.pop(0)
+            else:
+                raise AssertionError(f"the script ran out of answers at request {len(self.requests)}")
+        if isinstance(answer, BaseException):
+            raise answer
+        text = answer if isinstance(answer, str) else chat_format(answer)
+        return Response(id=None, model="scripted", message=Message.assistant([TextPart(text)]),
+                        finish_reason="stop", usage=Usage(input_tokens=10, output_tokens=5))
+
+    def stream(self, request: Any):
+        return response_to_events(self.complete(request))
+
+    def close(self) -> None:
+        pass
+
+
+class AsyncScriptedEngine:
+    def __init__(self, sync: ScriptedEngine):
+        self.sync = sync
+
+    def __deepcopy__(self, memo: dict) -> AsyncScriptedEngine:
+        return self
+
+    async def complete(self, request: Any) -> Response:
+        return self.sync.complete(request)
+
+    async def stream(self, request: Any):
+        for event in self.sync.stream(request):
+            yield event
+
+    async def aclose(self) -> None:
+        pass
+
+
+def scripted_lm(script: Script, name: str = "scripted/test") -> dspy.LM:
+    """A `dspy.LM` answering from `script`; `lm.engine.requests` records what it was asked."""
+    engine = ScriptedEngine(script)
+    return dspy.LM(name, engine=engine, async_engine=AsyncScriptedEngine(engine), cache=False, num_retries=0)
+
+
+def calls(lm: dspy.LM) -> int:
+    return len(lm.engine.requests)
