@@ -114,22 +114,25 @@ def observing(observer: Observer) -> Iterator[Observer]:
 @dataclass(frozen=True)
 class _Invoke:
     target: Any
+    args: tuple
     kwargs: dict[str, Any]
 
     def perform(self) -> tuple[Any, int, dict[str, int] | None]:
         with track_usage() as usage:
-            result = self.target(**self.kwargs)
+            result = self.target(*self.args, **self.kwargs)
+            if inspect.isawaitable(result):
+                result = _run_coroutine(result)
         return (result, *_usage_summary(usage))
 
     async def aperform(self) -> tuple[Any, int, dict[str, int] | None]:
         with track_usage() as usage:
             if isinstance(self.target, dspy.Module):
-                result = await self.target.acall(**self.kwargs)
+                result = await self.target.acall(*self.args, **self.kwargs)
             elif inspect.iscoroutinefunction(self.target):
-                result = await self.target(**self.kwargs)
+                result = await self.target(*self.args, **self.kwargs)
             else:
                 # A plain phase (a validator running tests, say) may block: keep the event loop free.
-                result = await asyncio.to_thread(self.target, **self.kwargs)
+                result = await asyncio.to_thread(self.target, *self.args, **self.kwargs)
                 if inspect.isawaitable(result):
                     result = await result
         return (result, *_usage_summary(usage))
@@ -144,6 +147,13 @@ class _Sleep:
 
     async def aperform(self) -> None:
         await asyncio.sleep(self.seconds)
+
+
+def _run_coroutine(awaitable: Any) -> Any:
+    """An async phase driven by the synchronous `forward`."""
+    async def wait() -> Any:
+        return await awaitable
+    return asyncio.run(wait())
 
 
 def _usage_summary(usage: Any) -> tuple[int, dict[str, int] | None]:
@@ -216,31 +226,50 @@ class Run:
         self.warnings: list[str] = []
         self.best: dict[str, Any] | None = None
         self.best_score: Any = None
+        self.current: dict[str, Any] = {}
         self.error: BaseException | None = None
         self._context_warned = False
         self._observers = _observers.get()
 
     # What patterns call -------------------------------------------------------------------------
 
-    def call(self, role: str, **inputs: Any) -> Program:
-        """Call the module's `role` with `inputs` (plus that role's own history); returns its result.
+    def call(self, role: str, config: dict[str, Any] | None = None, **inputs: Any) -> Program:
+        """Call the LLM role `role` with keyword `inputs` plus that role's own history; returns its result.
 
-        Retries transient failures and unparseable answers per the retry policy; raises
-        `LimitReached` when the budget is spent and `RoleFailed` when the role fails for good.
+        `config` is passed to the predictor (e.g. a temperature) and kept out of the trace. Retries
+        transient failures and unparseable answers per the retry policy; raises `LimitReached` when
+        the budget is spent and `RoleFailed` when the role fails for good.
         """
-        target = getattr(self.module, role)
+        return self._call(role, (), inputs, config=config, remember=True)
+
+    def call_phase(self, role: str, phase: Any = None, /, **contract_args: Any) -> Program:
+        """Call a pluggable phase (a callable or a user's `dspy.Module`; the module's `role` attribute
+        unless `phase` is given) with the contract's arguments, positionally and in order, so any
+        parameter names work; returns what it returns."""
+        return self._call(role, tuple(contract_args.values()), contract_args, config=None, remember=False,
+                          target=phase)
+
+    def forget(self, role: str) -> None:
+        """Start `role` over with an empty history (e.g. for a fresh attempt rather than a repair)."""
+        self.turns.pop(role, None)
+
+    def _call(self, role: str, args: tuple, inputs: dict[str, Any], *, config: dict[str, Any] | None,
+              remember: bool, target: Any = None) -> Program:
+        target = target if target is not None else getattr(self.module, role)
         self._check_limits()
-        history_field = _history_field(target)
-        kwargs = dict(inputs)
+        history_field = _history_field(target) if remember else None
+        kwargs = {} if args else dict(inputs)
         if history_field is not None:
             kwargs[history_field] = dspy.History(messages=list(self.turns.get(role, [])))
+        if config:
+            kwargs["config"] = dict(config)
         self._notify("role_started", role, self.iteration)
         started = self.clock()
         attempts = parse_failures = lm_calls = 0
         while True:
             attempts += 1
             try:
-                result, calls, tokens = yield _Invoke(target, kwargs)
+                result, calls, tokens = yield _Invoke(target, args, kwargs)
                 lm_calls += calls
                 break
             except Exception as exc:
@@ -248,7 +277,7 @@ class Run:
                 if is_unparseable(exc) and parse_failures < self.retry.parse_retries:
                     parse_failures += 1
                     # A new rollout at some temperature: the same request would get the same answer.
-                    kwargs["config"] = {"temperature": self.retry.parse_retry_temperature,
+                    kwargs["config"] = {**(config or {}), "temperature": self.retry.parse_retry_temperature,
                                         "rollout_id": parse_failures}
                     self.warnings.append(f"{role}: answer could not be parsed; asked again")
                     continue
@@ -284,14 +313,18 @@ class Run:
         if self.best is None or score >= self.best_score:
             self.best, self.best_score = result, score
 
+    def update(self, **result: Any) -> None:
+        """Set result fields that any finish returns, over the best candidate's (e.g. the latest attempt)."""
+        self.current.update(result)
+
     def warn(self, message: str) -> None:
         self.warnings.append(message)
 
     def finish(self, stop_reason: str, **result: Any) -> dspy.Prediction:
-        """The run's prediction: `result` if given, else the best candidate kept so far."""
+        """The run's prediction: `result` over the fields set by `update` over the best candidate."""
         if stop_reason == "max_iterations":
             self.warn(f"stopped at max_iterations={self.budget.max_iterations}")
-        fields = {**self.defaults, **(result or self.best or {})}
+        fields = {**self.defaults, **(self.best or {}), **self.current, **result}
         prediction = dspy.Prediction(
             **fields,
             iterations=self.iteration,
