@@ -17,6 +17,8 @@ from rich.spinner import Spinner
 from rich.table import Table
 
 from loops.creator_critic import CreatorCriticIterator
+from loops.director import DirectorExecutorEvaluatorController
+from loops.execute_validate import ExecuteValidateController
 from loops.runtime import Step, observing
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -81,12 +83,15 @@ def _run_with_progress(module: dspy.Module, model: str, trace: Path | None, **in
         progress = LiveProgress(trace_file)
         stack.enter_context(dspy.context(lm=lm, adapter=adapter))
         stack.enter_context(observing(progress))
-        stack.enter_context(progress.live)
-        return module(**inputs)
+        with progress.live:
+            result = module(**inputs)
+    console.print()
+    return result
 
 
 def _report(result: dspy.Prediction, seconds: float, final_field: str, title: str) -> None:
-    console.print(Panel(str(getattr(result, final_field) or ""), title=title, expand=False))
+    final = getattr(result, final_field)
+    console.print(Panel(str(getattr(final, "content", final) or ""), title=title, expand=False))
     console.print(f"stop reason: [bold]{result.stop_reason}[/bold]   iterations: {result.iterations}   "
                   f"LM calls: {result.lm_calls}   wall time: {seconds:.1f}s")
     for warning in result.warnings:
@@ -108,6 +113,47 @@ def refine(
     result = _run_with_progress(module, model, trace, requirements=requirements, context=context, timeout_s=timeout)
     approval = "approved" if result.approved else "not approved"
     _report(result, time.monotonic() - started, "final_draft", f"final draft ({approval})")
+
+
+@app.command()
+def fix(
+    task: Annotated[str, typer.Argument(help="What the code should do")],
+    test_command: Annotated[str, typer.Option("--test-command", "-t", help="Command whose exit code 0 means done")],
+    workspace: Annotated[Path | None, typer.Option(help="Directory to work in (default: a temporary one)")] = None,
+    files: Annotated[list[str] | None, typer.Option("--files", "-f", help="Workspace files to show the executor")] = None,
+    target_file: Annotated[str, typer.Option(help="The file the executor writes")] = "solution.py",
+    policy: Annotated[str, typer.Option(help="'repair' (show earlier attempts) or 'fresh' (new samples)")] = "repair",
+    model: ModelOption = "local",
+    max_iterations: Annotated[int, typer.Option(min=0, max=1000, help="Execute-validate cycles at most")] = 4,
+    timeout: Annotated[float, typer.Option(help="Wall-clock limit of the whole loop, in seconds")] = 300.0,
+    trace: TraceOption = None,
+) -> None:
+    """Execute–Validate–Controller: write code, run the tests, repeat until they pass."""
+    module = ExecuteValidateController(max_iterations=max_iterations, workspace=workspace, policy=policy,
+                                       target_file=target_file)
+    initial_input = {"prompt": task, "files": list(files or []), "target_file": target_file}
+    started = time.monotonic()
+    result = _run_with_progress(module, model, trace, initial_input=initial_input, test_command=test_command,
+                                timeout_s=timeout)
+    _report(result, time.monotonic() - started, "final", "tests pass" if result.success else "tests still fail")
+    if workspace is not None:
+        console.print(f"files written to {workspace}")
+    raise typer.Exit(0 if result.success else 1)
+
+
+@app.command()
+def direct(
+    goal: Annotated[str, typer.Argument(help="What to achieve")],
+    model: ModelOption = "local",
+    max_iterations: Annotated[int, typer.Option(min=0, max=1000, help="Plan-execute-evaluate cycles at most")] = 3,
+    timeout: Annotated[float, typer.Option(help="Wall-clock limit of the whole loop, in seconds")] = 300.0,
+    trace: TraceOption = None,
+) -> None:
+    """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it."""
+    module = DirectorExecutorEvaluatorController(max_iterations=max_iterations)
+    started = time.monotonic()
+    result = _run_with_progress(module, model, trace, initial_input=goal, timeout_s=timeout)
+    _report(result, time.monotonic() - started, "final", "passed" if result.success else "not passed")
 
 
 def main() -> None:

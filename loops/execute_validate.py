@@ -257,6 +257,9 @@ class ExecuteValidateController(LoopModule):
         code = result.content if isinstance(result.content, str) else str(result.content)
         digest = failure_digest(validation, code)
         request = _as_request(current)
+        if run.iteration >= run.budget.max_iterations:
+            # No attempt follows, so an analysis would be an LM call whose answer nobody reads.
+            return ControllerDecision.proceed({**request, "feedback": digest})
         try:
             answer = yield from run.call(
                 "analyst",

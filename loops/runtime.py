@@ -126,7 +126,7 @@ class _Invoke:
 
     async def aperform(self) -> tuple[Any, int, dict[str, int] | None]:
         with track_usage() as usage:
-            if isinstance(self.target, dspy.Module):
+            if isinstance(self.target, dspy.Module) and hasattr(self.target, "aforward"):
                 result = await self.target.acall(*self.args, **self.kwargs)
             elif inspect.iscoroutinefunction(self.target):
                 result = await self.target(*self.args, **self.kwargs)

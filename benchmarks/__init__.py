@@ -1,0 +1,1 @@
+"""Benchmarks of the loop patterns (not part of the installed `loops` package)."""

@@ -1,0 +1,346 @@
+"""MBPP through the Execute–Validate–Controller loop, with the embedded SmolLM2-135M model.
+
+Each task's prompt (task text plus its test asserts, as in the MBPP paper) goes to
+`ExecuteValidateController`; the loop writes `solution.py` into a per-task temporary workspace that
+already holds `test_solution.py` (one pytest test per assert) and validates with pytest.
+
+    .venv/bin/python -m benchmarks.mbpp --configs single --out /tmp/mbpp-single.jsonl
+    .venv/bin/python -m benchmarks.mbpp --limit 3 --configs single,repair --out /tmp/mbpp-quick.jsonl
+    .venv/bin/python -m benchmarks.mbpp --summarize /tmp/mbpp-single.jsonl /tmp/mbpp-repair.jsonl
+
+Records are appended to `--out` as JSON lines and flushed after every task, so a partial run can be
+summarised; `--resume` skips the (config, task) pairs already in `--out`. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = REPO_ROOT / ".." / "shared" / "data" / "mbpp" / "sanitized-mbpp-dev.jsonl"
+TEST_FILE = "test_solution.py"
+TEST_COMMAND = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", TEST_FILE])
+TEST_TIMEOUT_S = 10
+# solution.py is rewritten within seconds; .pyc files are validated by whole-second mtime and size,
+# so a stale cache could otherwise be imported. Keep the workspaces free of bytecode.
+TEST_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "single": {
+        "about": "one attempt (max_iterations=1, tests_controller so no analyst call after it)",
+        "options": {"max_iterations": 1, "controller": "tests"},
+    },
+    "repair": {
+        "about": "up to 4 attempts, policy=repair, the default LLM-analyst controller",
+        "options": {"max_iterations": 4, "policy": "repair"},
+    },
+    "fresh": {
+        "about": "up to 4 attempts, policy=fresh (T=0.7 after the first), tests_controller",
+        "options": {"max_iterations": 4, "policy": "fresh", "controller": "tests"},
+    },
+    "repair-rules": {
+        "about": "up to 4 attempts, policy=repair, tests_controller (failure digest, no analyst LLM)",
+        "options": {"max_iterations": 4, "policy": "repair", "controller": "tests"},
+    },
+}
+
+CATEGORIES = ("timeout", "SyntaxError", "NameError", "RecursionError", "TypeError", "AssertionError", "other")
+_EXCEPTION = re.compile(r"\b([A-Z]\w*(?:Error|Exception))\b")
+_FEEDBACK_MARK = "Your previous attempt failed:\n"
+
+
+# --- tasks ----------------------------------------------------------------------------------------
+
+
+def load_tasks(path: str | os.PathLike[str], split: str, limit: int | None = None,
+               task_ids: set[int] | None = None) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        tasks = [json.loads(line) for line in handle if line.strip()]
+    tasks = [task for task in tasks if split == "all" or task["split"] == split]
+    if task_ids:
+        tasks = [task for task in tasks if task["task_id"] in task_ids]
+    return tasks[:limit] if limit else tasks
+
+
+def build_prompt(task: dict[str, Any]) -> str:
+    """The MBPP paper's prompt: the task text and the asserts the code must pass."""
+    tests = "\n".join(task["test_list"])
+    return (f"You are an expert Python programmer, and here is your task: {task['prompt']} "
+            f"Your code should pass these tests:\n\n{tests}")
+
+
+def build_test_file(task: dict[str, Any]) -> str:
+    lines = ["from solution import *", *task["test_imports"], ""]
+    for number, assertion in enumerate(task["test_list"], 1):
+        lines += ["", f"def test_{number}():", textwrap.indent(assertion.strip(), "    "), ""]
+    return "\n".join(lines)
+
+
+# --- reading a run ---------------------------------------------------------------------------------
+
+
+def failure_kinds(validation: Any) -> list[str]:
+    """Exception names in a failed test run's output, in order of first appearance."""
+    output = f"{validation.stdout}\n{validation.stderr}"
+    return list(dict.fromkeys(_EXCEPTION.findall(output)))
+
+
+def failure_category(validation: Any) -> str | None:
+    """The main reason a test run failed; None when it passed."""
+    if validation is None:
+        return "no_attempt"
+    if validation.ok:
+        return None
+    if validation.timed_out:
+        return "timeout"
+    kinds = set(failure_kinds(validation))
+    if kinds & {"SyntaxError", "IndentationError", "TabError"}:
+        return "SyntaxError"
+    for kind in ("NameError", "RecursionError", "TypeError", "AssertionError"):
+        if kind in kinds:
+            return kind
+    return "other"
+
+
+def _attempts(trace: list[Any], extract_code) -> list[dict[str, Any]]:
+    """One entry per iteration: the executor's answer, the test run, and what the loop fed back."""
+    by_iteration: dict[int, dict[str, Any]] = {}
+    for step in trace:
+        entry = by_iteration.setdefault(step.iteration, {"iteration": step.iteration})
+        if step.role == "executor":
+            entry["executor_error"] = step.error
+            entry["executor_attempts"] = step.attempts
+            task = (step.inputs or {}).get("task", "")
+            entry["feedback_in"] = task.split(_FEEDBACK_MARK, 1)[1] if _FEEDBACK_MARK in task else None
+            if step.outputs is not None:
+                raw = step.outputs.get("code") or ""
+                entry["raw_code"] = raw
+                entry["code"] = extract_code(raw)
+                entry["notes"] = step.outputs.get("notes")
+        elif step.role == "validator" and step.outputs is not None:
+            validation = step.outputs.get("result")
+            entry["_validation"] = validation
+            entry["ok"] = validation.ok
+            entry["tests_passed"] = validation.passed
+            entry["tests_failed"] = validation.failed
+            entry["category"] = failure_category(validation)
+            entry["kinds"] = failure_kinds(validation) if not validation.ok else []
+        elif step.role == "analyst":
+            entry["analyst_error"] = step.error
+            if step.outputs is not None:
+                entry["analyst"] = {key: step.outputs.get(key) for key in ("success", "analysis", "next_input")}
+    return [by_iteration[number] for number in sorted(by_iteration)]
+
+
+def check_code(code: str, task: dict[str, Any]) -> Any:
+    """Run the task's tests on `code` in a scratch workspace; returns the ValidationResult."""
+    from loops import PytestValidator, Workspace
+
+    with Workspace() as workspace:
+        workspace.write({TEST_FILE: build_test_file(task), "solution.py": code})
+        return PytestValidator(workspace=workspace, timeout_s=TEST_TIMEOUT_S, env=TEST_ENV)(TEST_COMMAND)
+
+
+def make_module(config: str, workspace: Any, validator: Any) -> Any:
+    from loops import ExecuteValidateController, tests_controller
+
+    options = dict(CONFIGS[config]["options"])
+    if options.pop("controller", None) == "tests":
+        options["controller"] = tests_controller
+    return ExecuteValidateController(workspace=workspace, validator=validator, **options)
+
+
+def run_task(config: str, task: dict[str, Any]) -> dict[str, Any]:
+    from loops import PytestValidator, Workspace
+    from loops.execute_validate import extract_code
+
+    with Workspace() as workspace:
+        workspace.write({TEST_FILE: build_test_file(task)})
+        validator = PytestValidator(workspace=workspace, timeout_s=TEST_TIMEOUT_S, env=TEST_ENV)
+        module = make_module(config, workspace, validator)
+        started = time.monotonic()
+        result = module(initial_input=build_prompt(task), test_command=TEST_COMMAND)
+        seconds = time.monotonic() - started
+
+    attempts = _attempts(result.trace, extract_code)
+    validated = [entry for entry in attempts if "_validation" in entry]
+    last = validated[-1]["_validation"] if validated else None
+    first_pass = next((entry["iteration"] for entry in validated if entry["ok"]), None)
+    calls_by_role: Counter[str] = Counter()
+    for step in result.trace:
+        calls_by_role[step.role] += step.lm_calls
+    record: dict[str, Any] = {
+        "config": config,
+        "task_id": task["task_id"],
+        "passed": bool(result.success),
+        "iterations": result.iterations,
+        "stop_reason": result.stop_reason,
+        "lm_calls": result.lm_calls,
+        "lm_calls_by_role": {role: calls for role, calls in calls_by_role.items() if calls},
+        "seconds": round(seconds, 2),
+        "first_pass_iteration": first_pass,
+        "failure_category": None if result.success else failure_category(last),
+        "failure_kinds": failure_kinds(last) if last is not None and not last.ok else [],
+        "distinct_codes": len({entry.get("code") for entry in attempts if "code" in entry}),
+        "warnings": list(result.warnings),
+    }
+
+    # What code extraction does: run the tests on the first answer as the model wrote it, too.
+    first = next((entry for entry in attempts if "raw_code" in entry), None)
+    if first is not None:
+        raw_check = check_code(first["raw_code"], task)
+        extracted_check = check_code(first["code"], task)
+        record.update({
+            "first_raw_passed": raw_check.ok,
+            "first_extracted_passed": extracted_check.ok,
+            "first_raw_category": failure_category(raw_check),
+            "first_extracted_category": failure_category(extracted_check),
+            "first_extraction_changed": first["raw_code"].strip() != first["code"].strip(),
+        })
+    else:
+        record.update({"first_raw_passed": None, "first_extracted_passed": None, "first_raw_category": None,
+                       "first_extracted_category": None, "first_extraction_changed": None})
+
+    for entry in attempts:
+        entry.pop("_validation", None)
+    record["attempts"] = attempts
+    return record
+
+
+# --- running and summarising -----------------------------------------------------------------------
+
+
+def read_records(paths: list[str]) -> list[dict[str, Any]]:
+    """Records from JSON-lines files; a (config, task) pair recorded twice counts once (the last)."""
+    latest: dict[tuple[str, Any], dict[str, Any]] = {}
+    for path in paths:
+        if not Path(path).exists():
+            continue
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    record = json.loads(line)
+                    latest[(record["config"], record["task_id"])] = record
+    return list(latest.values())
+
+
+def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for config in dict.fromkeys(record["config"] for record in records):
+        mine = [record for record in records if record["config"] == config]
+        passed = sum(record["passed"] for record in mine)
+        failures = Counter(record["failure_category"] for record in mine if not record["passed"])
+        rows.append({
+            "config": config,
+            "tasks": len(mine),
+            "passed": passed,
+            "pass_rate": passed / len(mine) if mine else 0.0,
+            "lm_calls": sum(record.get("lm_calls") or 0 for record in mine),
+            "seconds": sum(record.get("seconds") or 0 for record in mine),
+            "gained_after_first": sum(1 for record in mine
+                                      if record["passed"] and (record.get("first_pass_iteration") or 1) > 1),
+            "first_raw_passed": sum(1 for record in mine if record.get("first_raw_passed")),
+            "first_extracted_passed": sum(1 for record in mine if record.get("first_extracted_passed")),
+            "harness_errors": sum(1 for record in mine if record.get("harness_error")),
+            "failures": {category: failures[category] for category in (*CATEGORIES, "no_attempt", "harness_error")
+                         if failures[category]},
+        })
+    return rows
+
+
+def print_summary(rows: list[dict[str, Any]], expected: int | None = None) -> None:
+    headers = ["config", "tasks", "passed", "pass rate", "LM calls", "loop time", "gained it.2-4",
+               "1st raw/extracted pass", "failure categories (final attempt)"]
+    table_rows = []
+    for row in rows:
+        tasks = f"{row['tasks']}" + (f"/{expected} (partial)" if expected and row["tasks"] < expected else "")
+        table_rows.append([
+            row["config"], tasks, str(row["passed"]), f"{row['pass_rate']:.1%}", str(row["lm_calls"]),
+            f"{row['seconds']:.0f}s", str(row["gained_after_first"]),
+            f"{row['first_raw_passed']}/{row['first_extracted_passed']}",
+            ", ".join(f"{name} {count}" for name, count in row["failures"].items()),
+        ])
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print("\t".join(headers))
+        for cells in table_rows:
+            print("\t".join(cells))
+        return
+    table = Table(title="MBPP (sanitized) with ExecuteValidateController + SmolLM2-135M")
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for cells in table_rows:
+        table.add_row(*cells)
+    Console(width=160).print(table)
+
+
+def run(args: argparse.Namespace) -> None:
+    import dspy
+
+    from loops.lm import local_lm
+
+    configs = [name.strip() for name in args.configs.split(",") if name.strip()]
+    unknown = [name for name in configs if name not in CONFIGS]
+    if unknown:
+        sys.exit(f"unknown config(s) {unknown}; choose from {list(CONFIGS)}")
+    task_ids = {int(value) for value in args.task_ids.split(",")} if args.task_ids else None
+    tasks = load_tasks(args.data, args.split, args.limit, task_ids)
+    done = {(record["config"], record["task_id"]) for record in read_records([args.out])} if args.resume else set()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(args.out, "a", encoding="utf-8") as out, \
+            dspy.context(lm=local_lm(), adapter=dspy.JSONAdapter()):
+        for config in configs:
+            for number, task in enumerate(tasks, 1):
+                if (config, task["task_id"]) in done:
+                    continue
+                try:
+                    record = run_task(config, task)
+                except Exception as exc:  # keep going: one broken task must not end the benchmark
+                    record = {"config": config, "task_id": task["task_id"], "passed": False,
+                              "failure_category": "harness_error", "harness_error": f"{type(exc).__name__}: {exc}"}
+                out.write(json.dumps(record, default=str) + "\n")
+                out.flush()
+                print(f"[{config} {number}/{len(tasks)}] task {task['task_id']}: "
+                      f"{'PASS' if record['passed'] else 'fail'} it={record.get('iterations')} "
+                      f"calls={record.get('lm_calls')} {record.get('seconds')}s "
+                      f"{record.get('failure_category') or ''} {record.get('harness_error') or ''}",
+                      file=sys.stderr, flush=True)
+    print(f"wall time {time.monotonic() - started:.0f}s", file=sys.stderr)
+    records = [record for record in read_records([args.out]) if record["config"] in configs
+               and record["task_id"] in {task["task_id"] for task in tasks}]
+    print_summary(summarize(records), expected=len(tasks))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.mbpp", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA), help="sanitized MBPP JSON lines (default: %(default)s)")
+    parser.add_argument("--split", default="validation", help="train | validation | prompt | all")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
+    parser.add_argument("--task-ids", default=None, help="comma list of task ids to run")
+    parser.add_argument("--configs", default="single", help=f"comma list of {', '.join(CONFIGS)}")
+    parser.add_argument("--out", default="/tmp/mbpp.jsonl", help="JSON-lines file records are appended to")
+    parser.add_argument("--resume", action="store_true", help="skip (config, task) pairs already in --out")
+    parser.add_argument("--summarize", nargs="+", metavar="JSONL", help="only print the summary of these files")
+    parser.add_argument("--expected", type=int, default=None, help="with --summarize: tasks in a full run")
+    args = parser.parse_args(argv)
+    if args.summarize:
+        print_summary(summarize(read_records(args.summarize)), expected=args.expected)
+        return
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,419 @@
+"""Director–Executor–Evaluator–Controller through its public surface: a scripted LM per role."""
+
+import asyncio
+
+import dspy
+import pytest
+
+from loops import DecisionError, DirectorExecutorEvaluatorController, RetryPolicy, RoleFailed
+from signatures.director import DirectorSignature, LoopControllerSignature, PlanExecutorSignature
+from tests.scripted import calls, request_text, scripted_lm
+
+NO_WAIT = RetryPolicy(backoff_s=0)
+ROLES = ("director", "executor", "evaluator", "controller")
+
+
+def planned(plan):
+    return {"plan": plan}
+
+
+def done(result):
+    return {"result": result}
+
+
+def judged(status="FAIL", feedback="needs a title"):
+    return {"status": status, "feedback": "" if status == "PASS" else feedback}
+
+
+def decided(action="continue", next_input="add a title"):
+    return {"action": action, "next_input": next_input}
+
+
+class Phase:
+    """A Python phase that records the positional arguments of each call and answers from a list
+    (the last answer repeats); an exception in the list is raised instead."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.args = []
+
+    def __call__(self, *args):
+        self.args.append(args)
+        answer = self.answers[min(len(self.args), len(self.answers)) - 1]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    @property
+    def calls(self):
+        return len(self.args)
+
+
+def loop_with(scripts, **options):
+    """A module whose LLM roles each answer from their own scripted LM; other roles are given in `options`."""
+    module = DirectorExecutorEvaluatorController(retry=NO_WAIT, **options)
+    lms = {role: scripted_lm(script) for role, script in scripts.items()}
+    for role, lm in lms.items():
+        getattr(module, role).set_lm(lm)
+    return module, lms
+
+
+def call_counts(lms):
+    return {role: calls(lm) for role, lm in lms.items()}
+
+
+def rendered(signature, **inputs):
+    messages = dspy.ChatAdapter().format(signature, demos=[], inputs=inputs)
+    return "\n".join(str(message["content"]) for message in messages)
+
+
+def roles_and_iterations(result):
+    return [(step.role, step.iteration) for step in result.trace]
+
+
+# --- stopping ------------------------------------------------------------------------------------
+
+
+def test_an_evaluator_pass_stops_the_first_iteration_without_asking_the_controller():
+    module, lms = loop_with({"director": [planned("P1")], "executor": [done("R1")],
+                             "evaluator": [judged("PASS")], "controller": []})
+
+    result = module(initial_input="a poem")
+
+    assert (result.final, result.success, result.iterations, result.stop_reason) == ("R1", True, 1, "stopped")
+    assert call_counts(lms) == {"director": 1, "executor": 1, "evaluator": 1, "controller": 0}
+    assert roles_and_iterations(result) == [("director", 1), ("executor", 1), ("evaluator", 1)]
+    assert result.best_attempt == {"iteration": 1, "plan": "P1", "result": "R1",
+                                   "feedback": {"status": "PASS", "feedback": ""}}
+    assert result.warnings == []
+
+
+def test_the_controllers_next_input_feeds_the_next_plan_then_a_pass_stops():
+    module, lms = loop_with({
+        "director": [planned("P1"), planned("P2")],
+        "executor": [done("R1"), done("R2")],
+        "evaluator": [judged("FAIL", "needs a title"), judged("PASS")],
+        "controller": [decided("continue", "add a title")],
+    })
+
+    result = module(initial_input="a poem")
+
+    assert (result.final, result.success, result.iterations, result.stop_reason) == ("R2", True, 2, "stopped")
+    assert call_counts(lms) == {"director": 2, "executor": 2, "evaluator": 2, "controller": 1}
+    controller_step = result.trace[3]
+    assert controller_step.role == "controller"
+    assert controller_step.inputs == {"goal": "a poem", "plan": "P1", "result": "R1", "status": "FAIL",
+                                      "feedback": "needs a title"}
+    second_plan = result.trace[4]
+    assert (second_plan.role, second_plan.iteration) == ("director", 2)
+    assert second_plan.inputs == {"goal": "a poem", "current_input": "a poem\n\nNext: add a title"}
+    assert "Next: add a title" in request_text(lms["director"].engine.requests[1])
+
+
+def test_the_llm_controller_can_stop_a_failing_loop():
+    module, lms = loop_with({"director": [planned("P1")], "executor": [done("R1")],
+                             "evaluator": [judged("FAIL")], "controller": [decided("stop", "")]})
+
+    result = module(initial_input="a poem")
+
+    assert (result.final, result.success, result.iterations) == ("R1", False, 1)
+    assert result.stop_reason == "stopped"
+    assert call_counts(lms) == {"director": 1, "executor": 1, "evaluator": 1, "controller": 1}
+
+
+@pytest.mark.parametrize("max_iterations", [0, 1, 4])
+def test_never_passing_stops_at_max_iterations_with_exact_llm_calls(max_iterations):
+    n = range(1, max_iterations + 1)
+    module, lms = loop_with({
+        "director": [planned(f"P{i}") for i in n],
+        "executor": [done(f"R{i}") for i in n],
+        "evaluator": [judged("FAIL", f"flaw {i}") for i in n],
+        "controller": [decided("continue", f"fix {i}") for i in n],
+    }, max_iterations=max_iterations)
+
+    result = module(initial_input="a poem")
+
+    assert call_counts(lms) == dict.fromkeys(ROLES, max_iterations)
+    assert (result.iterations, result.stop_reason) == (max_iterations, "max_iterations")
+    assert result.success is False
+    assert any(f"max_iterations={max_iterations}" in warning for warning in result.warnings)
+    assert result.final == (f"R{max_iterations}" if max_iterations else None)
+    assert [step.role for step in result.trace] == list(ROLES) * max_iterations
+    directors = [step.inputs["current_input"] for step in result.trace if step.role == "director"]
+    assert directors == ["a poem", *(f"a poem\n\nNext: fix {i}" for i in n)][:max_iterations]
+
+
+BEST_OF = {0: None, 1: 1, 4: 2}
+
+
+@pytest.mark.parametrize("max_iterations", [0, 1, 4])
+def test_at_max_iterations_final_is_the_last_result_and_best_attempt_the_best(max_iterations):
+    n = range(1, max_iterations + 1)
+    evaluator = Phase("FAIL", "PASS", "FAIL")
+    controller = Phase(("continue", "go on"))  # continues even after a PASS
+    scripts = {"director": [planned(f"P{i}") for i in n], "executor": [done(f"R{i}") for i in n]}
+    module, lms = loop_with(scripts, evaluator=evaluator, controller=controller,
+                            max_iterations=max_iterations)
+
+    result = module(initial_input="a poem")
+
+    assert call_counts(lms) == {"director": max_iterations, "executor": max_iterations}
+    assert (evaluator.calls, controller.calls) == (max_iterations, max_iterations)
+    assert evaluator.args == [(f"R{i}", f"P{i}", i) for i in n]
+    assert (result.iterations, result.stop_reason) == (max_iterations, "max_iterations")
+    if max_iterations == 0:
+        assert (result.final, result.best_attempt, result.success) == (None, None, False)
+        return
+    assert result.final == f"R{max_iterations}"  # the LAST result...
+    assert result.success is False  # ...judged by its own verdict
+    best = result.best_attempt  # ...while the best is kept apart
+    assert (best["iteration"], best["result"], best["feedback"]) == (
+        BEST_OF[max_iterations], f"R{BEST_OF[max_iterations]}", "FAIL" if max_iterations == 1 else "PASS")
+
+
+# --- what the controller decides -----------------------------------------------------------------
+
+
+def test_an_unparseable_controller_answer_continues_with_the_evaluators_feedback():
+    # ChatAdapter falls back to JSONAdapter and the runtime asks once more: four garbage answers.
+    module, lms = loop_with({
+        "director": [planned("P1"), planned("P2")],
+        "executor": [done("R1"), done("R2")],
+        "evaluator": [judged("FAIL", "needs a title"), judged("PASS")],
+        "controller": ["no idea"] * 4,
+    })
+
+    result = module(initial_input="a poem")
+
+    assert (result.final, result.success, result.iterations, result.stop_reason) == ("R2", True, 2, "stopped")
+    assert result.error is None
+    assert call_counts(lms) == {"director": 2, "executor": 2, "evaluator": 2, "controller": 4}
+    assert "controller: answer could not be parsed; asked again" in result.warnings
+    assert any("iteration 1: controller failed after 2 attempt(s): its answer could not be parsed; "
+               "continuing with the evaluator's feedback" in warning for warning in result.warnings)
+    assert result.trace[3].role == "controller" and result.trace[3].error
+    assert result.trace[4].inputs["current_input"] == "a poem\n\nThe last attempt fell short: needs a title"
+
+
+@pytest.mark.parametrize("malformed", [("maybe", 1), 42])
+def test_a_malformed_controller_decision_ends_the_loop_with_an_error(malformed):
+    controller = Phase(malformed)
+    module, lms = loop_with({"director": [planned("P1")], "executor": [done("R1")], "evaluator": [judged()]},
+                            controller=controller)
+
+    result = module(initial_input="a poem")
+
+    assert result.stop_reason == "error"
+    assert isinstance(result.error, DecisionError)
+    assert f"controller returned {malformed!r}, which is not a decision" in str(result.error)
+    assert [step.role for step in result.trace] == list(ROLES)
+    assert (result.final, result.best_attempt["iteration"]) == ("R1", 1)
+    assert any("stopped by an error: DecisionError" in warning for warning in result.warnings)
+    assert controller.calls == 1 and call_counts(lms) == {"director": 1, "executor": 1, "evaluator": 1}
+
+
+def test_a_malformed_controller_decision_raises_when_strict():
+    module, _ = loop_with({"director": [planned("P1")], "executor": [done("R1")], "evaluator": [judged()]},
+                          controller=Phase(42), strict=True)
+
+    with pytest.raises(DecisionError, match="controller returned 42") as raised:
+        module(initial_input="a poem")
+
+    assert raised.value.prediction.stop_reason == "error"
+    assert raised.value.prediction.final == "R1"
+
+
+# --- failures in a phase -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failing", ROLES)
+def test_an_exception_in_any_phase_ends_the_loop_with_the_earlier_work_kept(failing):
+    boom = ValueError(f"{failing} broke")
+    answers = {
+        "director": ["plan 1", "plan 2"],
+        "executor": ["result 1", "result 2"],
+        "evaluator": ["PASS", "FAIL"],
+        "controller": [("continue", "input 2"), ("continue", "input 3")],
+    }
+    answers[failing][1] = boom
+    phases = {role: Phase(*answer) for role, answer in answers.items()}
+    module = DirectorExecutorEvaluatorController(max_iterations=3, retry=NO_WAIT, **phases)
+
+    result = module(initial_input="goal")
+
+    assert result.stop_reason == "error"
+    assert isinstance(result.error, RoleFailed) and result.error.role == failing
+    assert result.error.__cause__ is boom
+    assert f"{failing} failed after 1 attempt(s): ValueError: {failing} broke" in str(result.error)
+    assert result.iterations == 2
+    expected = [(role, 1) for role in ROLES] + [(role, 2) for role in ROLES[: ROLES.index(failing) + 1]]
+    assert roles_and_iterations(result) == expected
+    assert result.trace[-1].error == f"ValueError: {failing} broke"
+    assert result.best_attempt == {"iteration": 1, "plan": "plan 1", "result": "result 1", "feedback": "PASS"}
+    failed_late = failing == "controller"  # only then was the second result evaluated
+    assert (result.final, result.success) == (("result 2", False) if failed_late else ("result 1", True))
+    assert phases["director"].args == [("goal", 1), ("input 2", 2)]
+
+
+def test_an_exception_in_a_phase_raises_when_strict():
+    boom = RuntimeError("evaluator crashed")
+    module = DirectorExecutorEvaluatorController(
+        director=Phase("p"), executor=Phase("r"), evaluator=Phase(boom), controller=Phase(("stop", None)),
+        strict=True, retry=NO_WAIT,
+    )
+
+    with pytest.raises(RoleFailed) as raised:
+        module(initial_input="goal")
+
+    assert raised.value.__cause__ is boom
+    assert raised.value.prediction.stop_reason == "error"
+
+
+# --- phases --------------------------------------------------------------------------------------
+
+
+def test_python_phases_get_the_contracts_arguments_positionally_whatever_their_names():
+    seen = []
+
+    def plan_for(aim, round_no):
+        seen.append(("director", aim, round_no))
+        return f"plan for {aim}"
+
+    async def carry_out(steps, round_no):
+        await asyncio.sleep(0)
+        seen.append(("executor", steps, round_no))
+        return f"did {steps}"
+
+    def judge(outcome, steps, round_no):
+        seen.append(("evaluator", outcome, steps, round_no))
+        return {"status": "PASS" if round_no == 2 else "FAIL", "note": "ok"}
+
+    def steer(notes, steps, outcome, round_no):
+        seen.append(("controller", notes["status"], steps, outcome, round_no))
+        return ("stop", f"final {outcome}") if notes["status"] == "PASS" else ("continue", "again")
+
+    module = DirectorExecutorEvaluatorController(director=plan_for, executor=carry_out, evaluator=judge,
+                                                 controller=steer, retry=NO_WAIT)
+
+    result = module(initial_input="goal")
+
+    assert seen == [
+        ("director", "goal", 1), ("executor", "plan for goal", 1),
+        ("evaluator", "did plan for goal", "plan for goal", 1),
+        ("controller", "FAIL", "plan for goal", "did plan for goal", 1),
+        ("director", "again", 2), ("executor", "plan for again", 2),
+        ("evaluator", "did plan for again", "plan for again", 2),
+        ("controller", "PASS", "plan for again", "did plan for again", 2),
+    ]
+    assert (result.final, result.success, result.stop_reason, result.iterations) == (
+        "final did plan for again", True, "stopped", 2)
+
+
+async def test_async_phases_are_awaited_by_aforward():
+    async def plan_for(aim, round_no):
+        await asyncio.sleep(0)
+        return f"plan {round_no}"
+
+    async def judge(outcome, steps, round_no):
+        return {"status": "PASS" if round_no == 2 else "FAIL", "feedback": "too short"}
+
+    scripts = {"executor": [done("R1"), done("R2")], "controller": [decided("continue", "longer")]}
+    module, lms = loop_with(scripts, director=plan_for, evaluator=judge)
+
+    result = await module.acall(initial_input="goal")
+
+    assert (result.final, result.success, result.stop_reason, result.iterations) == ("R2", True, "stopped", 2)
+    assert call_counts(lms) == {"executor": 2, "controller": 1}
+    assert result.trace[3].inputs["feedback"] == "too short"
+    assert result.trace[4].inputs == {"current_input": "goal\n\nNext: longer", "iteration": 2}
+
+
+class Judge(dspy.Module):
+    """A user's evaluator module: no LLM, just the contract."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, outcome, steps, round_no):
+        self.seen.append((outcome, steps, round_no))
+        passed = "title" in outcome
+        return dspy.Prediction(status="PASS" if passed else "FAIL", feedback="" if passed else "no title")
+
+
+def test_a_dspy_module_phase_is_called_with_the_contract():
+    judge = Judge()
+    module, lms = loop_with({
+        "director": [planned("P1"), planned("P2")],
+        "executor": [done("a poem"), done("a poem with a title")],
+        "controller": [decided("continue", "add a title")],
+    }, evaluator=judge)
+
+    result = module(initial_input="a poem")
+
+    assert judge.seen == [("a poem", "P1", 1), ("a poem with a title", "P2", 2)]
+    assert (result.final, result.success, result.stop_reason) == ("a poem with a title", True, "stopped")
+    assert call_counts(lms) == {"director": 2, "executor": 2, "controller": 1}
+    assert result.trace[2].outputs == {"status": "FAIL", "feedback": "no title"}
+    assert result.best_attempt["feedback"].status == "PASS"
+
+
+# --- histories -----------------------------------------------------------------------------------
+
+
+def test_role_histories_hold_their_earlier_turns_and_render():
+    module, _ = loop_with({
+        "director": [planned("plan one"), planned("plan two")],
+        "executor": [done("result one"), done("result two")],
+        "evaluator": [judged("FAIL", "flaw one"), judged("FAIL", "flaw two")],
+        "controller": [decided("continue", "add a title"), decided("continue", "shorter lines")],
+    }, max_iterations=2)
+
+    result = module(initial_input="a poem")
+
+    director_turns = result.histories["director"].messages
+    assert [turn["plan"] for turn in director_turns] == ["plan one", "plan two"]
+    assert director_turns[1]["current_input"] == "a poem\n\nNext: add a title"
+    assert "result" not in director_turns[0]  # no other role's fields
+    text = rendered(DirectorSignature, goal="a poem", current_input="x", history=result.histories["director"])
+    for earlier in ("plan one", "plan two", "Next: add a title"):
+        assert earlier in text
+    text = rendered(PlanExecutorSignature, plan="p", history=result.histories["executor"])
+    for earlier in ("result one", "result two", "plan one"):
+        assert earlier in text
+    text = rendered(LoopControllerSignature, goal="a poem", plan="p", result="r", status="FAIL", feedback="f",
+                    history=result.histories["controller"])
+    for earlier in ("add a title", "shorter lines", "flaw one", "flaw two"):
+        assert earlier in text
+
+
+# --- forward and aforward ------------------------------------------------------------------------
+
+
+def scripts():
+    return {
+        "director": [planned("P1"), planned("P2"), planned("P3")],
+        "executor": [done("R1"), done("R2"), done("R3")],
+        "evaluator": [judged("FAIL", "f1"), judged("FAIL", "f2"), judged("PASS")],
+        "controller": [decided("continue", "n1"), decided("continue", "n2")],
+    }
+
+
+def summary(result):
+    return (
+        result.final, result.success, result.iterations, result.stop_reason, result.warnings,
+        [(step.role, step.iteration, step.inputs, step.outputs) for step in result.trace],
+    )
+
+
+def test_forward_and_aforward_run_the_same_loop():
+    sync_module, sync_lms = loop_with(scripts())
+    async_module, async_lms = loop_with(scripts())
+
+    sync_result = sync_module(initial_input="a poem")
+    async_result = asyncio.run(async_module.acall(initial_input="a poem"))
+
+    assert summary(sync_result)[:4] == ("R3", True, 3, "stopped")
+    assert summary(sync_result) == summary(async_result)
+    assert call_counts(sync_lms) == call_counts(async_lms) == {"director": 3, "executor": 3, "evaluator": 3,
+                                                               "controller": 2}

@@ -1,0 +1,509 @@
+"""Execute–Validate–Controller through its public surface: scripted LMs per role, real commands."""
+
+import asyncio
+import shlex
+import sys
+
+import dspy
+import pytest
+
+import loops
+from loops import (
+    DecisionError,
+    ExecuteValidateController,
+    RetryPolicy,
+    RoleFailed,
+    Workspace,
+)
+from loops.execute_validate import extract_code, failure_digest
+from signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
+from signatures.results import ControllerDecision, TaskResult, ValidationResult
+from tests.scripted import calls, request_text, scripted_lm
+
+NO_WAIT = RetryPolicy(backoff_s=0)
+PYTEST = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:asyncio"])
+GOOD = "def odd_list(xs):\n    return [x for x in xs if x % 2]\n"
+BAD = "def odd_list(xs):\n    return xs\n"
+ODD_TEST = "from solution import odd_list\n\n\ndef test_odd():\n    assert odd_list([1, 2, 3]) == [1, 3]\n"
+
+
+def py(code: str) -> str:
+    """A command line running `code` with this interpreter (much faster than starting pytest)."""
+    return shlex.join([sys.executable, "-c", code])
+
+
+CHECK_ODD = py("from solution import odd_list; assert odd_list([1, 2, 3]) == [1, 3]")
+
+
+def wrote(code, notes="an attempt"):
+    return {"code": code, "notes": notes}
+
+
+def analysed(next_input="fix it", success=False, analysis="the tests failed"):
+    return {"success": success, "analysis": analysis, "next_input": next_input}
+
+
+def failed(passed=0, total=3):
+    return ValidationResult(exit_code=1, stdout=f"{total - passed} failed", passed=passed,
+                            failed=total - passed)
+
+
+PASSED = ValidationResult(exit_code=0, stdout="all passed")
+
+
+class Phase:
+    """A Python phase that records the positional arguments of each call and answers from a list
+    (the last answer repeats); an exception in the list is raised instead."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.args = []
+
+    def __call__(self, *args):
+        self.args.append(args)
+        answer = self.answers[min(len(self.args), len(self.answers)) - 1]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    @property
+    def calls(self):
+        return len(self.args)
+
+
+def loop_with(executor_script, analyst_script, **options):
+    """A module whose LLM roles answer from their own scripted LMs (a role scripted None is not an LM)."""
+    module = ExecuteValidateController(retry=NO_WAIT, **options)
+    lms = {}
+    for role, script in (("executor", executor_script), ("analyst", analyst_script)):
+        if script is not None:
+            lms[role] = scripted_lm(script)
+            getattr(module, role).set_lm(lms[role])
+    return module, lms
+
+
+def call_counts(lms):
+    return {role: calls(lm) for role, lm in lms.items()}
+
+
+def workspace_with_tests(tmp_path, text=ODD_TEST):
+    (tmp_path / "test_solution.py").write_text(text)
+    return Workspace(tmp_path)
+
+
+def rendered(signature, **inputs):
+    messages = dspy.ChatAdapter().format(signature, demos=[], inputs=inputs)
+    return "\n".join(str(message["content"]) for message in messages)
+
+
+# --- stopping ------------------------------------------------------------------------------------
+
+
+def test_tests_that_pass_at_once_stop_the_first_iteration(tmp_path):
+    module, lms = loop_with([wrote(GOOD)], [], workspace=workspace_with_tests(tmp_path))
+
+    result = module(initial_input="write odd_list", test_command=PYTEST)
+
+    assert (result.stop_reason, result.iterations, result.success) == ("stopped", 1, True)
+    assert result.final == TaskResult(status="COMPLETE", content=GOOD, files={"solution.py": GOOD},
+                                      notes={"notes": "an attempt"})
+    assert (tmp_path / "solution.py").read_text() == GOOD
+    assert call_counts(lms) == {"executor": 1, "analyst": 0}
+    assert [(step.role, step.iteration) for step in result.trace] == [("executor", 1), ("validator", 1)]
+    assert result.best_attempt["iteration"] == 1 and result.best_attempt["validation"].ok
+    assert result.warnings == []
+
+
+def test_failing_tests_continue_with_the_analysts_instruction_then_stop(tmp_path):
+    module, lms = loop_with([wrote(BAD), wrote(GOOD)], [analysed("filter out the even numbers")],
+                            workspace=workspace_with_tests(tmp_path))
+
+    result = module(initial_input="write odd_list", test_command=PYTEST)
+
+    assert (result.stop_reason, result.iterations, result.success) == ("stopped", 2, True)
+    assert result.final.content == GOOD
+    assert (tmp_path / "solution.py").read_text() == GOOD
+    assert call_counts(lms) == {"executor": 2, "analyst": 1}
+    assert [step.role for step in result.trace] == [
+        "executor", "validator", "analyst", "executor", "validator"]
+    analyst_step = result.trace[2]
+    assert analyst_step.inputs["exit_code"] == 1 and analyst_step.inputs["code"] == BAD
+    assert "1 failed" in analyst_step.inputs["test_output"]
+    second_task = result.trace[3].inputs["task"]
+    assert second_task == ("write odd_list\n\nYour previous attempt failed:\n"
+                           "This test fails: assert odd_list([1, 2, 3]) == [1, 3]\n"
+                           "filter out the even numbers")
+    assert "filter out the even numbers" in request_text(lms["executor"].engine.requests[1])
+
+
+BEST_OF = {0: None, 1: 1, 4: 2}
+
+
+@pytest.mark.parametrize("max_iterations", [0, 1, 4])
+def test_never_passing_stops_at_max_iterations_with_exact_calls(max_iterations):
+    codes = [f"def odd_list(xs):\n    return {n}\n" for n in range(1, max_iterations + 1)]
+    validator = Phase(*[failed(passed) for passed in [1, 2, 0, 1][:max_iterations]] or [failed()])
+    module, lms = loop_with([wrote(code) for code in codes],
+                            [analysed(f"hint {n}") for n in range(1, max_iterations + 1)],
+                            validator=validator, max_iterations=max_iterations)
+
+    result = module(initial_input="write odd_list", test_command="run the tests")
+
+    # The analyst is not asked after the last attempt: no attempt would follow its advice.
+    assert call_counts(lms) == {"executor": max_iterations, "analyst": max(max_iterations - 1, 0)}
+    assert validator.args == [("run the tests", n) for n in range(1, max_iterations + 1)]
+    assert (result.iterations, result.stop_reason) == (max_iterations, "max_iterations")
+    assert result.success is False
+    assert any(f"max_iterations={max_iterations}" in warning for warning in result.warnings)
+    if max_iterations == 0:
+        assert (result.final, result.best_attempt, result.trace) == (None, None, [])
+        return
+    assert result.final.content == codes[-1]  # the LAST attempt...
+    best = result.best_attempt  # ...while the best attempt is kept apart
+    assert best["iteration"] == BEST_OF[max_iterations]
+    assert best["result"].content == codes[best["iteration"] - 1]
+    assert best["validation"].passed == [1, 2][best["iteration"] - 1]
+
+
+def test_the_best_attempt_is_not_the_last_one_at_max_iterations():
+    module, _ = loop_with([wrote("x = 1\n"), wrote("x = 2\n"), wrote("x = 3\n")], [analysed()] * 3,
+                          validator=Phase(failed(1), failed(2), failed(0)), max_iterations=3)
+
+    result = module(initial_input="task", test_command="check")
+
+    assert result.final.content == "x = 3\n"
+    assert (result.best_attempt["iteration"], result.best_attempt["result"].content) == (2, "x = 2\n")
+
+
+# --- what the controller decides -----------------------------------------------------------------
+
+
+def test_the_tests_exit_code_outranks_an_analyst_that_claims_success(tmp_path):
+    module, lms = loop_with([wrote(BAD), wrote(GOOD)], [analysed(next_input="", success=True)],
+                            workspace=Workspace(tmp_path))
+
+    result = module(initial_input="write odd_list", test_command=CHECK_ODD)
+
+    assert (result.stop_reason, result.iterations, result.success) == ("stopped", 2, True)
+    assert call_counts(lms) == {"executor": 2, "analyst": 1}
+    assert any("analyst said success but the tests exited 1; the tests win" in warning
+               for warning in result.warnings)
+    digest = result.trace[2].inputs["digest"]
+    assert "exit code 1" in digest and "AssertionError" in digest
+    assert result.trace[3].inputs["task"] == f"write odd_list\n\nYour previous attempt failed:\n{digest}"
+
+
+def test_an_unparseable_analyst_answer_falls_back_to_the_failure_digest(tmp_path):
+    # ChatAdapter falls back to JSONAdapter and the runtime asks once more: four garbage answers.
+    module, lms = loop_with([wrote(BAD), wrote(GOOD)], ["no idea"] * 4, workspace=Workspace(tmp_path))
+
+    result = module(initial_input="write odd_list", test_command=CHECK_ODD)
+
+    assert (result.stop_reason, result.iterations, result.success) == ("stopped", 2, True)
+    assert call_counts(lms) == {"executor": 2, "analyst": 4}
+    assert result.error is None
+    assert "analyst: answer could not be parsed; asked again" in result.warnings
+    assert any("iteration 1: analyst failed after 2 attempt(s): its answer could not be parsed; "
+               "continuing with the failure digest instead" in warning for warning in result.warnings)
+    analyst_step = result.trace[2]
+    assert analyst_step.role == "analyst" and analyst_step.outputs is None and analyst_step.error
+    assert result.trace[3].inputs["task"] == (
+        f"write odd_list\n\nYour previous attempt failed:\n{analyst_step.inputs['digest']}")
+
+
+def test_tests_controller_retries_with_the_timeout_digest_then_stops(tmp_path):
+    module, lms = loop_with([wrote("while True:\n    pass\n"), wrote(GOOD)], None,
+                            controller=loops.tests_controller, workspace=Workspace(tmp_path),
+                            validator_timeout_s=0.5)
+
+    result = module(initial_input="write odd_list", test_command=CHECK_ODD)
+
+    assert (result.stop_reason, result.iterations, result.success) == ("stopped", 2, True)
+    assert calls(lms["executor"]) == 2
+    assert result.final.content == GOOD  # loops.tests_controller stops with the executor's result
+    first_validation = result.trace[1].outputs["result"]
+    assert first_validation.timed_out and first_validation.exit_code == -9
+    assert result.trace[3].inputs["task"] == (
+        "write odd_list\n\nYour previous attempt failed:\n"
+        "The tests timed out (timed out after 0.5s): look for an endless loop or recursion.")
+
+
+def test_tests_controller_as_a_phase_stops_when_the_tests_pass():
+    attempt = TaskResult(status="COMPLETE", content=GOOD)
+
+    decision = loops.tests_controller(attempt, PASSED, "write odd_list", 1)
+
+    assert decision == ControllerDecision.stop(attempt)
+
+
+@pytest.mark.parametrize("malformed", [("maybe", 1), 42])
+def test_a_malformed_controller_decision_ends_the_loop_with_an_error(malformed):
+    controller = Phase(malformed)
+    module, lms = loop_with([wrote(GOOD)], [], validator=Phase(failed(1)), controller=controller)
+
+    result = module(initial_input="task", test_command="check")
+
+    assert result.stop_reason == "error"
+    assert isinstance(result.error, DecisionError)
+    assert f"controller returned {malformed!r}, which is not a decision" in str(result.error)
+    assert [step.role for step in result.trace] == ["executor", "validator", "controller"]
+    assert result.final.content == GOOD and result.best_attempt["iteration"] == 1
+    assert any("stopped by an error: DecisionError" in warning for warning in result.warnings)
+    assert (controller.calls, calls(lms["executor"])) == (1, 1)
+
+
+def test_a_malformed_controller_decision_raises_when_strict():
+    module, _ = loop_with([wrote(GOOD)], [], validator=Phase(failed(1)), controller=Phase(("maybe", 1)),
+                          strict=True)
+
+    with pytest.raises(DecisionError, match=r"\('maybe', 1\)") as raised:
+        module(initial_input="task", test_command="check")
+
+    assert raised.value.prediction.stop_reason == "error"
+    assert raised.value.prediction.final.content == GOOD
+
+
+# --- failures in a phase -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failing", ["executor", "validator", "controller"])
+def test_an_exception_in_any_phase_ends_the_loop_with_the_earlier_work_kept(failing):
+    boom = ValueError(f"{failing} broke")
+    answers = {
+        "executor": ["attempt 1", "attempt 2"],
+        "validator": [failed(passed=2), failed(passed=0)],
+        "controller": [("continue", "try again"), ("continue", "once more")],
+    }
+    answers[failing][1] = boom
+    phases = {role: Phase(*answer) for role, answer in answers.items()}
+    module = ExecuteValidateController(max_iterations=3, retry=NO_WAIT, **phases)
+
+    result = module(initial_input="task", test_command="check")
+
+    assert result.stop_reason == "error"
+    assert isinstance(result.error, RoleFailed) and result.error.role == failing
+    assert result.error.__cause__ is boom
+    assert f"{failing} failed after 1 attempt(s): ValueError: {failing} broke" in str(result.error)
+    assert result.iterations == 2
+    order = ["executor", "validator", "controller"]
+    expected = [(role, 1) for role in order] + [(role, 2) for role in order[: order.index(failing) + 1]]
+    assert [(step.role, step.iteration) for step in result.trace] == expected
+    assert result.trace[-1].error == f"ValueError: {failing} broke"
+    assert (result.best_attempt["iteration"], result.best_attempt["result"].content) == (1, "attempt 1")
+    assert result.final.content == ("attempt 2" if failing == "controller" else "attempt 1")
+    assert [phase.calls for phase in phases.values()] == [
+        2, 1 + (failing != "executor"), 1 + (failing == "controller")]
+    assert phases["executor"].args[1] == ("try again", 2)
+
+
+def test_an_exception_in_a_phase_raises_when_strict():
+    boom = RuntimeError("validator crashed")
+    module = ExecuteValidateController(executor=Phase("x = 1"), validator=Phase(boom), strict=True,
+                                       retry=NO_WAIT)
+
+    with pytest.raises(RoleFailed) as raised:
+        module(initial_input="task", test_command="check")
+
+    assert raised.value.__cause__ is boom
+    assert raised.value.prediction.final is None  # the attempt was never validated
+
+
+# --- phases --------------------------------------------------------------------------------------
+
+
+def test_python_phases_get_the_contracts_arguments_positionally_whatever_their_names(tmp_path):
+    seen = []
+
+    async def make(job, round_no):
+        seen.append(("executor", job, round_no))
+        code = GOOD if round_no == 2 else BAD
+        return {"status": "complete", "content": job, "files": {"solution.py": code}}
+
+    def check(cmd, round_no):
+        seen.append(("validator", cmd, round_no))
+        return ValidationResult(exit_code=0 if (tmp_path / "solution.py").read_text() == GOOD else 1)
+
+    def decide(done, verdict, job, round_no):
+        seen.append(("controller", done.status, verdict.exit_code, job, round_no))
+        return ("stop", "shipped") if verdict.ok else {"action": "continue", "value": f"{job}!"}
+
+    module = ExecuteValidateController(executor=make, validator=check, controller=decide,
+                                       workspace=Workspace(tmp_path), retry=NO_WAIT)
+
+    result = module(initial_input="go", test_command="cmd")
+
+    assert seen == [
+        ("executor", "go", 1), ("validator", "cmd", 1), ("controller", "COMPLETE", 1, "go", 1),
+        ("executor", "go!", 2), ("validator", "cmd", 2), ("controller", "COMPLETE", 0, "go!", 2),
+    ]
+    assert (result.final, result.success, result.stop_reason) == ("shipped", True, "stopped")
+    assert result.iterations == 2
+
+
+async def test_async_phases_are_awaited_by_aforward():
+    async def make(job, round_no):
+        await asyncio.sleep(0)
+        return f"{job if isinstance(job, str) else job['prompt']} #{round_no}"
+
+    async def check(cmd, round_no):
+        return ValidationResult(exit_code=0 if round_no == 2 else 1)
+
+    module = ExecuteValidateController(executor=make, validator=check, controller=loops.tests_controller,
+                                       retry=NO_WAIT)
+
+    result = await module.acall(initial_input="go", test_command="cmd")
+
+    assert (result.stop_reason, result.iterations, result.success) == ("stopped", 2, True)
+    assert result.final == TaskResult(status="COMPLETE", content="go #2")
+    feedback = result.trace[3].inputs["current_input"]["feedback"]
+    assert feedback.startswith("The tests failed (exit code 1)")
+
+
+class WriteOdd(dspy.Module):
+    """A user's executor module: no LLM, just the contract."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, request, attempt):
+        self.seen.append((request, attempt))
+        code = BAD if attempt == 1 else GOOD
+        return TaskResult(status="COMPLETE", content=code, files={"solution.py": code})
+
+
+def test_a_dspy_module_executor_writes_into_the_workspace_and_the_default_validator_runs_the_tests(tmp_path):
+    executor = WriteOdd()
+    module, lms = loop_with(None, [analysed("keep only odd numbers")], executor=executor,
+                            workspace=Workspace(tmp_path))
+
+    result = module(initial_input="write odd_list", test_command=CHECK_ODD)
+
+    assert (result.stop_reason, result.iterations, result.success) == ("stopped", 2, True)
+    assert (tmp_path / "solution.py").read_text() == GOOD
+    assert executor.seen[0] == ("write odd_list", 1)
+    request, attempt = executor.seen[1]
+    assert attempt == 2 and request["prompt"] == "write odd_list"
+    assert request["feedback"].endswith("keep only odd numbers")
+    assert calls(lms["analyst"]) == 1
+
+
+# --- histories and policies ----------------------------------------------------------------------
+
+
+def test_role_histories_hold_their_earlier_turns_and_render():
+    first, second = "def odd_list(xs):\n    return 'first'\n", "def odd_list(xs):\n    return 'second'\n"
+    module, _ = loop_with([wrote(first, "note one"), wrote(second, "note two"), wrote("x = 3\n")],
+                          [analysed("drop the even numbers"), analysed("return a list")],
+                          validator=Phase(failed()), max_iterations=3)
+
+    result = module(initial_input="write odd_list", test_command="check")
+
+    executor_turns = result.histories["executor"].messages
+    assert [turn["code"] for turn in executor_turns[:2]] == [first.strip(), second.strip()]
+    assert "drop the even numbers" in executor_turns[1]["task"]
+    assert [turn["next_input"] for turn in result.histories["analyst"].messages] == [
+        "drop the even numbers", "return a list"]
+    assert "notes" not in result.histories["analyst"].messages[0]  # no other role's fields
+    text = rendered(ExecutorSignature, task="t", target_file="solution.py", file_context="",
+                    history=result.histories["executor"])
+    for earlier in ("return 'first'", "return 'second'", "note one", "drop the even numbers"):
+        assert earlier in text
+    text = rendered(IterationAnalystSignature, goal="g", code="c", test_command="check", exit_code=1,
+                    test_output="o", digest="d", history=result.histories["analyst"])
+    for earlier in ("drop the even numbers", "return a list", "return 'first'"):
+        assert earlier in text
+
+
+@pytest.mark.parametrize(("policy", "roles", "temperature", "turns"), [
+    ("repair", ["user", "assistant", "user"], None, 2),
+    ("fresh", ["user"], 0.7, 1),
+])
+def test_fresh_forgets_the_executors_attempts_and_repair_keeps_them(policy, roles, temperature, turns):
+    module, lms = loop_with([wrote("x = 1\n"), wrote("x = 2\n")], [analysed("try harder")],
+                            validator=Phase(failed()), policy=policy, max_iterations=2)
+
+    result = module(initial_input="task", test_command="check")
+
+    second = lms["executor"].engine.requests[1]
+    assert [message.role for message in second.messages] == roles
+    assert ("x = 1" in request_text(second)) is (policy == "repair")
+    assert "try harder" in request_text(second)
+    assert second.config.temperature == temperature
+    assert len(result.histories["executor"].messages) == turns
+
+
+# --- code extraction and failure digests ---------------------------------------------------------
+
+
+def test_extract_code_takes_the_fenced_code_out_of_prose():
+    answer = ("Sure! Here is the function you asked for:\n\n```python\n" + GOOD
+              + "```\n\nIt keeps the odd numbers. Let me know if you need anything else.")
+
+    assert extract_code(answer) == GOOD
+
+
+def test_extract_code_cuts_a_truncated_repetition_back_to_what_parses():
+    answer = GOOD + "\n" + GOOD + "\ndef odd_list(xs):\n    return [x for x in"
+
+    code = extract_code(answer)
+
+    assert code == GOOD + "\n" + GOOD
+    compile(code, "solution.py", "exec")
+
+
+def test_the_digest_of_a_name_error_names_the_called_and_the_defined_function(tmp_path):
+    test = "from solution import *\n\n\ndef test_split():\n    assert Split('a b') == ['a', 'b']\n"
+    module, lms = loop_with([wrote(GOOD), wrote(GOOD)], [analysed()], workspace=workspace_with_tests(tmp_path, test),
+                            max_iterations=2)
+
+    result = module(initial_input="write Split", test_command=PYTEST)
+
+    digest = result.trace[2].inputs["digest"]
+    assert "The tests call `Split` but your file defines `odd_list`: name the function `Split`." in digest
+    assert "NameError: name 'Split' is not defined" in result.trace[2].inputs["test_output"]
+    assert "name the function `Split`" in request_text(lms["analyst"].engine.requests[0])
+
+
+def test_the_digest_of_a_syntax_error_says_the_code_does_not_parse():
+    validation = ValidationResult(exit_code=1, stderr="SyntaxError: invalid syntax")
+
+    digest = failure_digest(validation, "def odd_list(xs:\n    return xs\n")
+
+    assert digest.startswith("Your code does not parse:")
+    assert "at line 1" in digest and "Output only Python code" in digest
+
+
+def test_the_digest_of_a_timeout_points_at_an_endless_loop():
+    validation = ValidationResult(exit_code=-9, timed_out=True, error="timed out after 2s")
+
+    assert failure_digest(validation, GOOD) == (
+        "The tests timed out (timed out after 2s): look for an endless loop or recursion.")
+    assert failure_digest(PASSED, GOOD) == ""
+
+
+# --- forward and aforward ------------------------------------------------------------------------
+
+
+def scripts():
+    return [wrote(BAD), wrote(GOOD)], [analysed("only odd numbers")]
+
+
+def summary(result):
+    return (
+        result.final, result.success, result.iterations, result.stop_reason, result.warnings,
+        [(step.role, step.iteration, step.inputs) for step in result.trace],
+    )
+
+
+def test_forward_and_aforward_run_the_same_loop(tmp_path):
+    sync_module, sync_lms = loop_with(*scripts(), workspace=Workspace(tmp_path / "sync"))
+    async_module, async_lms = loop_with(*scripts(), workspace=Workspace(tmp_path / "async"))
+
+    sync_result = sync_module(initial_input="write odd_list", test_command=CHECK_ODD)
+    async_result = asyncio.run(async_module.acall(initial_input="write odd_list", test_command=CHECK_ODD))
+
+    assert summary(sync_result)[:4] == (sync_result.final, True, 2, "stopped")
+    assert summary(sync_result) == summary(async_result)
+    assert call_counts(sync_lms) == call_counts(async_lms) == {"executor": 2, "analyst": 1}
+    assert (tmp_path / "sync" / "solution.py").read_text() == (tmp_path / "async" / "solution.py").read_text()

