@@ -21,8 +21,15 @@ import threading
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
-from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, Usage  # noqa: E402
-from dspy.lm15 import response_to_events  # noqa: E402
+from dspy.lm15 import (  # noqa: E402
+    ContextLengthError,
+    Message,
+    Request,
+    Response,
+    TextPart,
+    Usage,
+    response_to_events,  # noqa: E402
+)
 
 from loops.errors import ConfigurationError, MissingDependencyError  # noqa: E402
 
