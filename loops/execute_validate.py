@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import dspy
 
+from loops.adapters import PlainTextAdapter
 from loops.errors import ConfigurationError, RoleFailed
 from loops.module import LoopModule
 from loops.runtime import Program, Run
@@ -154,6 +155,8 @@ class ExecuteValidateController(LoopModule):
 
     `policy="repair"` shows the executor its earlier attempts; `policy="fresh"` forgets them and
     samples a new attempt at some temperature, guided only by the digest of what failed.
+    The built-in executor answers in plain text (`executor_adapter=PlainTextAdapter()`), from which
+    the code is extracted; pass `executor_adapter=None` to use the context's adapter instead.
 
     Returns `final` (the controller's stop value, or the last executor result), `success` (the last
     validation passed), `best_attempt` (iteration, result and validation of the best attempt),
@@ -173,6 +176,7 @@ class ExecuteValidateController(LoopModule):
         target_file: str = "solution.py",
         policy: Policy = "repair",
         validator_timeout_s: float = 60.0,
+        executor_adapter: dspy.Adapter | None = PlainTextAdapter(),
         **options: Any,
     ):
         super().__init__(max_iterations=max_iterations, **options)
@@ -182,6 +186,7 @@ class ExecuteValidateController(LoopModule):
         self.target_file = target_file
         self.workspace = workspace
         self.validator_timeout_s = validator_timeout_s
+        self.executor_adapter = executor_adapter
         self.executor = executor if executor is not None else dspy.Predict(ExecutorSignature)
         self.validator = validator
         self.controller = controller
@@ -238,6 +243,7 @@ class ExecuteValidateController(LoopModule):
         prediction = yield from run.call(
             "executor",
             config=config,
+            adapter=self.executor_adapter,
             task=task,
             target_file=target,
             file_context="\n\n".join(f"# {path}\n{text}" for path, text in context.items()),

@@ -116,16 +116,20 @@ class _Invoke:
     target: Any
     args: tuple
     kwargs: dict[str, Any]
+    adapter: dspy.Adapter | None = None
+
+    def _context(self) -> contextlib.AbstractContextManager:
+        return dspy.context(adapter=self.adapter) if self.adapter is not None else contextlib.nullcontext()
 
     def perform(self) -> tuple[Any, int, dict[str, int] | None]:
-        with track_usage() as usage:
+        with track_usage() as usage, self._context():
             result = self.target(*self.args, **self.kwargs)
             if inspect.isawaitable(result):
                 result = _run_coroutine(result)
         return (result, *_usage_summary(usage))
 
     async def aperform(self) -> tuple[Any, int, dict[str, int] | None]:
-        with track_usage() as usage:
+        with track_usage() as usage, self._context():
             if isinstance(self.target, dspy.Module) and hasattr(self.target, "aforward"):
                 result = await self.target.acall(*self.args, **self.kwargs)
             elif inspect.iscoroutinefunction(self.target):
@@ -233,14 +237,16 @@ class Run:
 
     # What patterns call -------------------------------------------------------------------------
 
-    def call(self, role: str, config: dict[str, Any] | None = None, **inputs: Any) -> Program:
+    def call(self, role: str, config: dict[str, Any] | None = None, adapter: dspy.Adapter | None = None,
+             **inputs: Any) -> Program:
         """Call the LLM role `role` with keyword `inputs` plus that role's own history; returns its result.
 
-        `config` is passed to the predictor (e.g. a temperature) and kept out of the trace. Retries
+        `config` is passed to the predictor (e.g. a temperature) and `adapter` replaces the context's
+        adapter for this call; neither appears in the trace. Retries
         transient failures and unparseable answers per the retry policy; raises `LimitReached` when
         the budget is spent and `RoleFailed` when the role fails for good.
         """
-        return self._call(role, (), inputs, config=config, remember=True)
+        return self._call(role, (), inputs, config=config, remember=True, adapter=adapter)
 
     def call_phase(self, role: str, phase: Any = None, /, **contract_args: Any) -> Program:
         """Call a pluggable phase (a callable or a user's `dspy.Module`; the module's `role` attribute
@@ -254,7 +260,7 @@ class Run:
         self.turns.pop(role, None)
 
     def _call(self, role: str, args: tuple, inputs: dict[str, Any], *, config: dict[str, Any] | None,
-              remember: bool, target: Any = None) -> Program:
+              remember: bool, target: Any = None, adapter: dspy.Adapter | None = None) -> Program:
         target = target if target is not None else getattr(self.module, role)
         self._check_limits()
         history_field = _history_field(target) if remember else None
@@ -269,7 +275,7 @@ class Run:
         while True:
             attempts += 1
             try:
-                result, calls, tokens = yield _Invoke(target, args, kwargs)
+                result, calls, tokens = yield _Invoke(target, args, kwargs, adapter)
                 lm_calls += calls
                 break
             except Exception as exc:

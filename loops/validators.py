@@ -104,6 +104,11 @@ class Workspace:
         for target, text in targets:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
+            if target.suffix == ".py":
+                # Python trusts a .pyc whose source has the same size and whole-second mtime, so a
+                # file rewritten within a second could run its previous version's bytecode.
+                for stale in target.parent.glob(f"__pycache__/{target.stem}.*.pyc"):
+                    stale.unlink(missing_ok=True)
         return [target for target, _ in targets]
 
     def read(self, paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> dict[str, str]:

@@ -35,8 +35,9 @@ def py(code: str) -> str:
 CHECK_ODD = py("from solution import odd_list; assert odd_list([1, 2, 3]) == [1, 3]")
 
 
-def wrote(code, notes="an attempt"):
-    return {"code": code, "notes": notes}
+def wrote(code):
+    """The built-in executor's answer: plain text (its adapter is PlainTextAdapter)."""
+    return code
 
 
 def analysed(next_input="fix it", success=False, analysis="the tests failed"):
@@ -106,7 +107,7 @@ def test_tests_that_pass_at_once_stop_the_first_iteration(tmp_path):
 
     assert (result.stop_reason, result.iterations, result.success) == ("stopped", 1, True)
     assert result.final == TaskResult(status="COMPLETE", content=GOOD, files={"solution.py": GOOD},
-                                      notes={"notes": "an attempt"})
+                                      notes={"notes": ""})
     assert (tmp_path / "solution.py").read_text() == GOOD
     assert call_counts(lms) == {"executor": 1, "analyst": 0}
     assert [(step.role, step.iteration) for step in result.trace] == [("executor", 1), ("validator", 1)]
@@ -393,7 +394,7 @@ def test_a_dspy_module_executor_writes_into_the_workspace_and_the_default_valida
 
 def test_role_histories_hold_their_earlier_turns_and_render():
     first, second = "def odd_list(xs):\n    return 'first'\n", "def odd_list(xs):\n    return 'second'\n"
-    module, _ = loop_with([wrote(first, "note one"), wrote(second, "note two"), wrote("x = 3\n")],
+    module, _ = loop_with([wrote(first), wrote(second), wrote("x = 3\n")],
                           [analysed("drop the even numbers"), analysed("return a list")],
                           validator=Phase(failed()), max_iterations=3)
 
@@ -407,7 +408,7 @@ def test_role_histories_hold_their_earlier_turns_and_render():
     assert "notes" not in result.histories["analyst"].messages[0]  # no other role's fields
     text = rendered(ExecutorSignature, task="t", target_file="solution.py", file_context="",
                     history=result.histories["executor"])
-    for earlier in ("return 'first'", "return 'second'", "note one", "drop the even numbers"):
+    for earlier in ("return 'first'", "return 'second'", "drop the even numbers"):
         assert earlier in text
     text = rendered(IterationAnalystSignature, goal="g", code="c", test_command="check", exit_code=1,
                     test_output="o", digest="d", history=result.histories["analyst"])

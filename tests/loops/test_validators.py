@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -336,3 +337,18 @@ def test_callable_validator_rejects_other_return_values():
         CallableValidator(lambda c, i: "yes")("cmd", 1)
     with pytest.raises(ConfigurationError, match="callable"):
         CallableValidator("not callable")  # type: ignore[arg-type]
+
+
+def test_rewriting_a_module_within_a_second_never_runs_its_old_bytecode(tmp_path):
+    workspace = Workspace(tmp_path)
+    check = ShellValidator(workspace=workspace, timeout_s=30, clean_env=True)  # bytecode writing on
+    command = f"{sys.executable} -c 'import answer; raise SystemExit(answer.VALUE)'"
+
+    (path,) = workspace.write({"answer.py": "VALUE = 3\n"})
+    first = check(command)
+    written = path.stat().st_mtime_ns
+    workspace.write({"answer.py": "VALUE = 0\n"})  # same size...
+    os.utime(path, ns=(written, written))  # ...and, as happens within a second, the same mtime
+    second = check(command)
+
+    assert (first.exit_code, second.exit_code) == (3, 0)
