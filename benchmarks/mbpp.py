@@ -151,23 +151,26 @@ def check_code(code: str, task: dict[str, Any]) -> Any:
         return PytestValidator(workspace=workspace, timeout_s=TEST_TIMEOUT_S, env=TEST_ENV)(TEST_COMMAND)
 
 
-def make_module(config: str, workspace: Any, validator: Any) -> Any:
-    from loops import ExecuteValidateController, tests_controller
+def make_module(config: str, workspace: Any, validator: Any, task_timeout_s: float | None = None) -> Any:
+    from loops import Budget, ExecuteValidateController, tests_controller
 
     options = dict(CONFIGS[config]["options"])
     if options.pop("controller", None) == "tests":
         options["controller"] = tests_controller
-    return ExecuteValidateController(workspace=workspace, validator=validator, **options)
+    # Budget's default timeout_s (300 s) would make the result depend on how busy the machine is:
+    # by default a task gets all its iterations, however long they take (max_tokens bounds each call).
+    return ExecuteValidateController(workspace=workspace, validator=validator,
+                                     budget=Budget(timeout_s=task_timeout_s), **options)
 
 
-def run_task(config: str, task: dict[str, Any]) -> dict[str, Any]:
+def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = None) -> dict[str, Any]:
     from loops import PytestValidator, Workspace
     from loops.execute_validate import extract_code
 
     with Workspace() as workspace:
         workspace.write({TEST_FILE: build_test_file(task)})
         validator = PytestValidator(workspace=workspace, timeout_s=TEST_TIMEOUT_S, env=TEST_ENV)
-        module = make_module(config, workspace, validator)
+        module = make_module(config, workspace, validator, task_timeout_s)
         started = time.monotonic()
         result = module(initial_input=build_prompt(task), test_command=TEST_COMMAND)
         seconds = time.monotonic() - started
@@ -177,8 +180,11 @@ def run_task(config: str, task: dict[str, Any]) -> dict[str, Any]:
     last = validated[-1]["_validation"] if validated else None
     first_pass = next((entry["iteration"] for entry in validated if entry["ok"]), None)
     calls_by_role: Counter[str] = Counter()
+    tokens_by_role: dict[str, Counter[str]] = {}
     for step in result.trace:
         calls_by_role[step.role] += step.lm_calls
+        if step.tokens:
+            tokens_by_role.setdefault(step.role, Counter()).update(step.tokens)
     record: dict[str, Any] = {
         "config": config,
         "task_id": task["task_id"],
@@ -187,6 +193,7 @@ def run_task(config: str, task: dict[str, Any]) -> dict[str, Any]:
         "stop_reason": result.stop_reason,
         "lm_calls": result.lm_calls,
         "lm_calls_by_role": {role: calls for role, calls in calls_by_role.items() if calls},
+        "tokens_by_role": {role: dict(tokens) for role, tokens in tokens_by_role.items()},
         "seconds": round(seconds, 2),
         "first_pass_iteration": first_pass,
         "failure_category": None if result.success else failure_category(last),
@@ -307,7 +314,7 @@ def run(args: argparse.Namespace) -> None:
                 if (config, task["task_id"]) in done:
                     continue
                 try:
-                    record = run_task(config, task)
+                    record = run_task(config, task, args.task_timeout)
                 except Exception as exc:  # keep going: one broken task must not end the benchmark
                     record = {"config": config, "task_id": task["task_id"], "passed": False,
                               "failure_category": "harness_error", "harness_error": f"{type(exc).__name__}: {exc}"}
@@ -332,6 +339,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--task-ids", default=None, help="comma list of task ids to run")
     parser.add_argument("--configs", default="single", help=f"comma list of {', '.join(CONFIGS)}")
     parser.add_argument("--out", default="/tmp/mbpp.jsonl", help="JSON-lines file records are appended to")
+    parser.add_argument("--task-timeout", type=float, default=None,
+                        help="wall-clock limit of one task's loop in seconds (default: none)")
     parser.add_argument("--resume", action="store_true", help="skip (config, task) pairs already in --out")
     parser.add_argument("--summarize", nargs="+", metavar="JSONL", help="only print the summary of these files")
     parser.add_argument("--expected", type=int, default=None, help="with --summarize: tasks in a full run")

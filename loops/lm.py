@@ -20,24 +20,21 @@ import threading
 # Before DSPy is imported: LiteLLM's price map is read from the installed package, not fetched.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import dspy  # noqa: E402
-from dspy.lm15 import (  # noqa: E402
-    ContextLengthError,
-    Message,
-    Request,
-    Response,
-    TextPart,
-    Usage,
-    response_to_events,  # noqa: E402
-)
+import dspy
+from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, Usage, response_to_events
 
-from loops.errors import ConfigurationError, MissingDependencyError  # noqa: E402
+from loops.errors import ConfigurationError, MissingDependencyError
 
 MODEL = "local/smollm2-135m-instruct"
 CONTEXT_TOKENS = 8192  # SmolLM2's trained context: room for multi-turn loop histories
 DEFAULT_MAX_TOKENS = 512
 REPEAT_PENALTY = 1.1  # enough to break the small model's loops, too little to garble JSON
+# Half the cores: llama.cpp's threads spin at barriers, so on a busy machine (validators, parallel tests)
+# using every core made generation 10-50x slower than one thread; uncontended the loss is small.
+# LOOPS_LLAMA_THREADS overrides it, e.g. for a benchmark on an otherwise idle machine.
+_THREADS = int(os.environ.get("LOOPS_LLAMA_THREADS") or max(1, (os.cpu_count() or 2) // 2))
 _INSTALL_HINT = "pip install 'loops[local]'"
+_SAMPLING = ("temperature", "top_p", "top_k", "seed", "frequency_penalty", "presence_penalty")  # same names both sides
 _ROLES = {"developer": "system", "tool": "user"}  # roles SmolLM2's chat template does not know
 
 _model = None
@@ -78,7 +75,7 @@ def _shared_model():
             except ImportError as exc:
                 raise _missing("'llama-cpp-python'") from exc
             _model = llama_cpp.Llama(
-                model_path=str(path), n_ctx=CONTEXT_TOKENS, n_threads=min(4, os.cpu_count() or 1), verbose=False
+                model_path=str(path), n_ctx=CONTEXT_TOKENS, n_threads=_THREADS, n_threads_batch=_THREADS, verbose=False
             )
     return _model
 
@@ -99,7 +96,7 @@ def _chat_messages(request: Request) -> list[dict[str, str]]:
 def _generation_options(request: Request) -> dict:
     config = request.config
     options = {"max_tokens": config.max_tokens or DEFAULT_MAX_TOKENS, "repeat_penalty": REPEAT_PENALTY}
-    for name in ("temperature", "top_p", "top_k", "seed", "frequency_penalty", "presence_penalty"):
+    for name in _SAMPLING:
         if getattr(config, name) is not None:
             options[name] = getattr(config, name)
     if config.stop:
@@ -119,10 +116,7 @@ class LlamaEngine:
     supports_response_schema = True
     supports_function_calling = False
     supports_reasoning = False
-    supported_params = frozenset(
-        {"response_format", "temperature", "max_tokens", "top_p", "top_k", "stop", "seed",
-         "frequency_penalty", "presence_penalty"}
-    )
+    supported_params = frozenset({"response_format", "max_tokens", "stop", *_SAMPLING})
 
     def __init__(self, llama=None):
         self._llama = llama
@@ -144,11 +138,7 @@ class LlamaEngine:
             model=request.model,
             message=Message.assistant([TextPart(choice["message"]["content"] or "")]),
             finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
-            usage=Usage(
-                input_tokens=usage["prompt_tokens"],
-                output_tokens=usage["completion_tokens"],
-                total_tokens=usage["total_tokens"],
-            ),
+            usage=Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]),
         )
 
     def stream(self, request: Request):
@@ -195,7 +185,9 @@ class AsyncLlamaEngine:
         return cls()
 
 
-def local_lm(*, temperature: float = 0.0, max_tokens: int = DEFAULT_MAX_TOKENS, cache: bool = False, **kwargs) -> dspy.LM:
+def local_lm(
+    *, temperature: float = 0.0, max_tokens: int = DEFAULT_MAX_TOKENS, cache: bool = False, **kwargs
+) -> dspy.LM:
     """The LM backed by the shared in-process model; uncached so reruns see fresh answers.
 
     Dependencies are checked now, the model is loaded on first use.
@@ -203,8 +195,15 @@ def local_lm(*, temperature: float = 0.0, max_tokens: int = DEFAULT_MAX_TOKENS, 
     model_path()
     _check_llama_cpp()
     engine = LlamaEngine()
-    return dspy.LM(MODEL, engine=engine, async_engine=AsyncLlamaEngine(engine),
-                   temperature=temperature, max_tokens=max_tokens, cache=cache, **kwargs)
+    return dspy.LM(
+        MODEL,
+        engine=engine,
+        async_engine=AsyncLlamaEngine(engine),
+        temperature=temperature,
+        max_tokens=max_tokens,
+        cache=cache,
+        **kwargs,
+    )
 
 
 def resolve(model: str | dspy.BaseLM | None) -> dspy.BaseLM:

@@ -2,6 +2,7 @@
 
 import asyncio
 import copy
+import subprocess
 import sys
 
 import dspy
@@ -27,7 +28,9 @@ class FakeLlama:
             raise self.error
         return {
             "id": "chatcmpl-1",
-            "choices": [{"message": {"role": "assistant", "content": self.content}, "finish_reason": self.finish_reason}],
+            "choices": [
+                {"message": {"role": "assistant", "content": self.content}, "finish_reason": self.finish_reason}
+            ],
             "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
         }
 
@@ -51,8 +54,14 @@ def test_request_maps_to_a_llama_chat_call():
         model=MODEL,
         system="Be brief.",
         messages=(Message.user("Hi"), Message.assistant("Hello"), Message.developer("Use JSON."), Message.user("Go")),
-        config=Config(max_tokens=20, temperature=0.5, top_p=0.9, stop=("END",), seed=7,
-                      response_format={"type": "json_schema", "schema": SCHEMA, "name": "Out", "strict": True}),
+        config=Config(
+            max_tokens=20,
+            temperature=0.5,
+            top_p=0.9,
+            stop=("END",),
+            seed=7,
+            response_format={"type": "json_schema", "schema": SCHEMA, "name": "Out", "strict": True},
+        ),
     )
     LlamaEngine(llama).complete(request)
 
@@ -79,7 +88,9 @@ def test_unconfigured_request_is_capped_and_unconstrained():
 
 def test_json_object_format_constrains_to_any_json():
     llama = FakeLlama()
-    request = Request(model=MODEL, messages=(Message.user("Hi"),), config=Config(response_format={"type": "json_object"}))
+    request = Request(
+        model=MODEL, messages=(Message.user("Hi"),), config=Config(response_format={"type": "json_object"})
+    )
     LlamaEngine(llama).complete(request)
     assert llama.calls[0]["response_format"] == {"type": "json_object"}
 
@@ -210,3 +221,17 @@ async def test_concurrent_calls_share_the_model_safely(lm):
     assert len(predictions) == 4
     for prediction in predictions:
         assert_typed_answer_with_usage(prediction)
+
+
+@pytest.mark.embedded
+def test_local_path_never_imports_litellm():
+    script = (
+        "import sys, dspy\n"
+        "from loops.lm import local_lm\n"
+        "with dspy.context(lm=local_lm(max_tokens=64), adapter=dspy.JSONAdapter()):\n"
+        "    dspy.Predict('question -> answer')(question='Hi?')\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('litellm', 'openai')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
