@@ -1,11 +1,11 @@
-"""An adapter for roles whose answer is one free-form text, such as a code file."""
+"""Adapters that suit small models: plain text for one free-form answer, compact JSON for the rest."""
 
 from __future__ import annotations
 
 import textwrap
 from typing import Any
 
-from dspy.adapters import ChatAdapter
+from dspy.adapters import ChatAdapter, JSONAdapter
 from dspy.adapters.utils import format_field_value
 from dspy.signatures.signature import Signature
 
@@ -52,6 +52,24 @@ class PlainTextAdapter(ChatAdapter):
     def parse(self, signature: type[Signature], completion: str) -> dict[str, Any]:
         answer, *others = signature.output_fields
         return {answer: completion.strip(), **dict.fromkeys(others, "")}
+
+
+class CompactJSONAdapter(JSONAdapter):
+    """JSONAdapter without its template of placeholder values.
+
+    JSONAdapter shows the answer's shape as `{"draft": "{draft}"}`, and small models copy the
+    placeholders verbatim; the JSON schema sent with the request already fixes the shape, so the
+    prompt only names the keys. The embedded model's default adapter.
+    """
+
+    def format_field_structure(self, signature: type[Signature]) -> str:
+        return "Answer with one JSON object whose keys are the output fields, each holding your real answer."
+
+    def format_task_description(self, signature: type[Signature]) -> str:
+        return textwrap.dedent(signature.instructions).strip()
+
+    def user_message_output_requirements(self, signature: type[Signature]) -> str:
+        return "Respond with a JSON object with the keys " + ", ".join(f"`{name}`" for name in signature.output_fields) + "."
 
 
 def _answer_field(signature: type[Signature]) -> str:

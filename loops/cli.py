@@ -16,6 +16,7 @@ from rich.panel import Panel
 from rich.spinner import Spinner
 from rich.table import Table
 
+from loops.adapters import CompactJSONAdapter
 from loops.creator_critic import CreatorCriticIterator
 from loops.director import DirectorExecutorEvaluatorController
 from loops.execute_validate import ExecuteValidateController
@@ -76,8 +77,8 @@ def _run_with_progress(module: dspy.Module, model: str, trace: Path | None, **in
     from loops.lm import resolve
 
     lm = resolve(model)
-    # The embedded model only parses reliably with grammar-constrained JSON, which JSONAdapter asks for.
-    adapter = dspy.JSONAdapter() if model == "local" else None
+    # The embedded model only answers in shape with grammar-constrained JSON, which JSONAdapter asks for.
+    adapter = CompactJSONAdapter() if model == "local" else None
     with ExitStack() as stack:
         trace_file = stack.enter_context(trace.open("w", encoding="utf-8")) if trace else None
         progress = LiveProgress(trace_file)

@@ -1,8 +1,9 @@
 import dspy
 import pytest
 
-from loops.adapters import PlainTextAdapter
+from loops.adapters import CompactJSONAdapter, PlainTextAdapter
 from loops.errors import ConfigurationError
+from signatures import CreatorSignature
 from signatures.execute_validate import ExecutorSignature
 from tests.scripted import request_text, scripted_lm
 
@@ -56,3 +57,14 @@ def test_signatures_with_non_text_secondary_outputs_are_refused():
 
     with pytest.raises(ConfigurationError, match="output fields after the first are all str"):
         PlainTextAdapter().format(Judge, demos=[], inputs={"text": "t"})
+
+
+def test_compact_json_names_the_keys_without_placeholders_small_models_would_copy():
+    messages = CompactJSONAdapter().format(
+        CreatorSignature, demos=[], inputs={"requirements": "a haiku", "context": "", "history": dspy.History(messages=[])}
+    )
+    text = "\n".join(message["content"] for message in messages)
+
+    assert "{draft}" not in text and "{response}" not in text
+    assert "Respond with a JSON object with the keys `response`, `draft`." in text
+    assert CompactJSONAdapter().parse(CreatorSignature, '{"response": "r", "draft": "d"}') == {"response": "r", "draft": "d"}

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loops import CreatorCriticIterator, ExecuteValidateController, Workspace
+from loops.adapters import CompactJSONAdapter
 from loops.cli import app
 from loops.lm import local_lm
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.embedded
 
 @pytest.fixture
 def embedded():
-    with dspy.context(lm=local_lm(), adapter=dspy.JSONAdapter()):
+    with dspy.context(lm=local_lm(), adapter=CompactJSONAdapter()):
         yield
 
 
