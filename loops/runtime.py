@@ -242,9 +242,9 @@ class Run:
         """Call the LLM role `role` with keyword `inputs` plus that role's own history; returns its result.
 
         `config` is passed to the predictor (e.g. a temperature) and `adapter` replaces the context's
-        adapter for this call; neither appears in the trace. Retries
-        transient failures and unparseable answers per the retry policy; raises `LimitReached` when
-        the budget is spent and `RoleFailed` when the role fails for good.
+        adapter for this call; neither appears in the trace. Retries transient failures and
+        unparseable answers per the retry policy; raises `LimitReached` when the budget is spent and
+        `RoleFailed` when the role fails for good.
         """
         return self._call(role, (), inputs, config=config, remember=True, adapter=adapter)
 
@@ -279,23 +279,24 @@ class Run:
                 lm_calls += calls
                 break
             except Exception as exc:
-                lm_calls += 1 if isinstance(target, dspy.Module) else 0
+                lm_calls += 1 if remember else 0
                 if is_unparseable(exc) and parse_failures < self.retry.parse_retries:
                     parse_failures += 1
                     # A new rollout at some temperature: the same request would get the same answer.
                     kwargs["config"] = {**(config or {}), "temperature": self.retry.parse_retry_temperature,
                                         "rollout_id": parse_failures}
-                    self.warnings.append(f"{role}: answer could not be parsed; asked again")
+                    self.warn(f"{role}: answer could not be parsed; asked again")
                     continue
                 if is_transient(exc) and attempts < self.retry.attempts:
                     yield _Sleep(self.retry.delay_s(attempts))
+                    self._check_limits()  # the wait may have spent the rest of the budget
                     continue
                 self.lm_calls += lm_calls
                 self._record(Step(role, self.iteration, inputs, None, self.clock() - started, attempts,
                                   lm_calls, None, f"{type(exc).__name__}: {exc}"))
                 what = "its answer could not be parsed" if is_unparseable(exc) else _describe(exc)
                 raise RoleFailed(role, f"{role} failed after {attempts} attempt(s): {what}") from exc
-        if isinstance(target, dspy.Module):
+        if remember:
             lm_calls = max(lm_calls, attempts)  # a cached answer reports no usage but was still a call
         self.lm_calls += lm_calls
         outputs = _outputs_of(result)

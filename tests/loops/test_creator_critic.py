@@ -355,3 +355,18 @@ def test_a_whole_budget_can_be_passed_per_call():
     result = module(requirements="r", budget=Budget(max_iterations=0))
 
     assert (result.stop_reason, result.iterations) == ("max_iterations", 0)
+
+
+def test_a_retry_is_not_made_once_the_time_is_up():
+    clock = FakeClock()
+
+    def rate_limited(engine, request):
+        clock.now += 200  # the failing call alone outlasts the timeout
+        return RateLimitError("slow down")
+
+    module, lms = loop_with([created("D0")], rate_limited, [], clock=clock)
+
+    result = module(requirements="r", timeout_s=150)
+
+    assert (result.stop_reason, result.final_draft) == ("timeout", "D0")
+    assert calls(lms["critic"]) == 1
