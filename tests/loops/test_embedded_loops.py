@@ -1,15 +1,12 @@
 """End to end on the real embedded model (SmolLM2-135M via llama.cpp): short loops, offline."""
 
-import json
 import sys
 
 import dspy
 import pytest
-from typer.testing import CliRunner
 
 from loops import CreatorCriticIterator, ExecuteValidateController, Workspace
 from loops.adapters import CompactJSONAdapter
-from loops.cli import app
 from loops.lm import local_lm
 
 pytestmark = pytest.mark.embedded
@@ -51,15 +48,3 @@ def test_execute_validate_controller_runs_real_tests_on_the_model_code(embedded,
     assert (tmp_path / "solution.py").exists()
     if not result.success:  # the analyst is not asked after the last attempt: nothing would follow
         assert roles == ["executor", "validator", "analyst", "executor", "validator"]
-
-
-def test_refine_command_prints_the_final_draft_and_writes_the_trace(tmp_path):
-    trace = tmp_path / "trace.jsonl"
-
-    outcome = CliRunner().invoke(app, ["refine", "Write one sentence about tea.", "--max-iterations", "0",
-                                       "--trace", str(trace)])
-
-    assert outcome.exit_code == 0, outcome.output
-    assert "final draft" in outcome.output and "stop reason" in outcome.output
-    steps = [json.loads(line) for line in trace.read_text().splitlines()]
-    assert [step["role"] for step in steps] == ["creator", "critic"]

@@ -1,0 +1,56 @@
+"""The `loops` command on the real embedded model (short runs)."""
+
+import json
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from loops.cli import app
+
+pytestmark = pytest.mark.embedded
+
+
+def test_refine_prints_the_final_draft_and_writes_the_trace(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+
+    outcome = CliRunner().invoke(app, ["refine", "Write one sentence about tea.", "--max-iterations", "0",
+                                       "--trace", str(trace)])
+
+    assert outcome.exit_code == 0, outcome.output
+    assert "final draft" in outcome.output and "stop reason" in outcome.output
+    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [step["role"] for step in steps] == ["creator", "critic"]
+
+
+def test_fix_works_in_the_given_workspace_and_exits_by_the_tests_verdict(tmp_path):
+    (tmp_path / "test_add.py").write_text("from solution import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    command = f"{sys.executable} -m pytest -q -p no:cacheprovider test_add.py"
+
+    outcome = CliRunner().invoke(app, ["fix", "Write a Python function add(a, b) that returns a + b.",
+                                       "--test-command", command, "--workspace", str(tmp_path),
+                                       "--max-iterations", "1", "--files", "test_add.py"])
+
+    assert (tmp_path / "solution.py").exists()
+    assert "stop reason" in outcome.output
+    assert outcome.exit_code == (0 if "tests pass" in outcome.output else 1), outcome.output
+
+
+def test_fix_with_a_missing_test_executable_ends_with_a_clear_error(tmp_path):
+    outcome = CliRunner().invoke(app, ["fix", "Write add(a, b).", "--test-command", "no-such-test-tool -q",
+                                       "--workspace", str(tmp_path), "--max-iterations", "2"])
+
+    assert outcome.exit_code == 1
+    assert "stop reason: error" in outcome.output
+    assert "no-such-test-tool" in outcome.output
+
+
+def test_direct_runs_the_director_loop(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+
+    outcome = CliRunner().invoke(app, ["direct", "Three names for a coffee shop", "--max-iterations", "1",
+                                       "--trace", str(trace)])
+
+    assert outcome.exit_code == 0, outcome.output
+    roles = [json.loads(line)["role"] for line in trace.read_text().splitlines()]
+    assert roles[:3] == ["director", "executor", "evaluator"]
