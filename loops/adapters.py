@@ -69,7 +69,8 @@ class CompactJSONAdapter(JSONAdapter):
         return textwrap.dedent(signature.instructions).strip()
 
     def user_message_output_requirements(self, signature: type[Signature]) -> str:
-        return "Respond with a JSON object with the keys " + ", ".join(f"`{name}`" for name in signature.output_fields) + "."
+        keys = ", ".join(f"`{name}`" for name in signature.output_fields)
+        return f"Respond with a JSON object with the keys {keys}."
 
 
 def _answer_field(signature: type[Signature]) -> str:

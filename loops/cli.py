@@ -31,6 +31,7 @@ ModelOption = Annotated[
 TraceOption = Annotated[
     Path | None, typer.Option("--trace", help="Write every role call to this JSONL file as it finishes")
 ]
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="Wall-clock limit of the whole loop, in seconds")]
 
 
 class LiveProgress:
@@ -73,7 +74,10 @@ def _outcome(step: Step) -> str:
     return "ok"
 
 
-def _run_with_progress(module: dspy.Module, model: str, trace: Path | None, **inputs: Any) -> dspy.Prediction:
+def _run_with_progress(
+    module: dspy.Module, model: str, trace: Path | None, **inputs: Any
+) -> tuple[dspy.Prediction, float]:
+    """Run `module` on `inputs` with the live display; returns its prediction and the wall time."""
     from loops.lm import resolve
 
     lm = resolve(model)
@@ -84,10 +88,11 @@ def _run_with_progress(module: dspy.Module, model: str, trace: Path | None, **in
         progress = LiveProgress(trace_file)
         stack.enter_context(dspy.context(lm=lm, adapter=adapter))
         stack.enter_context(observing(progress))
+        started = time.monotonic()
         with progress.live:
             result = module(**inputs)
     console.print()
-    return result
+    return result, time.monotonic() - started
 
 
 def _report(result: dspy.Prediction, seconds: float, final_field: str, title: str) -> None:
@@ -105,15 +110,14 @@ def refine(
     context: Annotated[str, typer.Option(help="Background context for the creator")] = "",
     model: ModelOption = "local",
     max_iterations: Annotated[int, typer.Option(min=0, max=1000, help="Revisions at most")] = 3,
-    timeout: Annotated[float, typer.Option(help="Wall-clock limit of the whole loop, in seconds")] = 300.0,
+    timeout: TimeoutOption = 300.0,
     trace: TraceOption = None,
 ) -> None:
     """Creator–Critic–Iterator: draft, then revise until the critic approves."""
     module = CreatorCriticIterator(max_iterations=max_iterations)
-    started = time.monotonic()
-    result = _run_with_progress(module, model, trace, requirements=requirements, context=context, timeout_s=timeout)
-    approval = "approved" if result.approved else "not approved"
-    _report(result, time.monotonic() - started, "final_draft", f"final draft ({approval})")
+    result, seconds = _run_with_progress(module, model, trace, requirements=requirements, context=context,
+                                         timeout_s=timeout)
+    _report(result, seconds, "final_draft", f"final draft ({'approved' if result.approved else 'not approved'})")
 
 
 @app.command()
@@ -121,22 +125,23 @@ def fix(
     task: Annotated[str, typer.Argument(help="What the code should do")],
     test_command: Annotated[str, typer.Option("--test-command", "-t", help="Command whose exit code 0 means done")],
     workspace: Annotated[Path | None, typer.Option(help="Directory to work in (default: a temporary one)")] = None,
-    files: Annotated[list[str] | None, typer.Option("--files", "-f", help="Workspace files to show the executor")] = None,
+    files: Annotated[
+        list[str] | None, typer.Option("--files", "-f", help="Workspace files to show the executor")
+    ] = None,
     target_file: Annotated[str, typer.Option(help="The file the executor writes")] = "solution.py",
     policy: Annotated[str, typer.Option(help="'repair' (show earlier attempts) or 'fresh' (new samples)")] = "repair",
     model: ModelOption = "local",
     max_iterations: Annotated[int, typer.Option(min=0, max=1000, help="Execute-validate cycles at most")] = 4,
-    timeout: Annotated[float, typer.Option(help="Wall-clock limit of the whole loop, in seconds")] = 300.0,
+    timeout: TimeoutOption = 300.0,
     trace: TraceOption = None,
 ) -> None:
     """Execute–Validate–Controller: write code, run the tests, repeat until they pass."""
     module = ExecuteValidateController(max_iterations=max_iterations, workspace=workspace, policy=policy,
                                        target_file=target_file)
     initial_input = {"prompt": task, "files": list(files or []), "target_file": target_file}
-    started = time.monotonic()
-    result = _run_with_progress(module, model, trace, initial_input=initial_input, test_command=test_command,
-                                timeout_s=timeout)
-    _report(result, time.monotonic() - started, "final", "tests pass" if result.success else "tests still fail")
+    result, seconds = _run_with_progress(module, model, trace, initial_input=initial_input,
+                                         test_command=test_command, timeout_s=timeout)
+    _report(result, seconds, "final", "tests pass" if result.success else "tests still fail")
     if workspace is not None:
         console.print(f"files written to {workspace}")
     raise typer.Exit(0 if result.success else 1)
@@ -147,14 +152,13 @@ def direct(
     goal: Annotated[str, typer.Argument(help="What to achieve")],
     model: ModelOption = "local",
     max_iterations: Annotated[int, typer.Option(min=0, max=1000, help="Plan-execute-evaluate cycles at most")] = 3,
-    timeout: Annotated[float, typer.Option(help="Wall-clock limit of the whole loop, in seconds")] = 300.0,
+    timeout: TimeoutOption = 300.0,
     trace: TraceOption = None,
 ) -> None:
     """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it."""
     module = DirectorExecutorEvaluatorController(max_iterations=max_iterations)
-    started = time.monotonic()
-    result = _run_with_progress(module, model, trace, initial_input=goal, timeout_s=timeout)
-    _report(result, time.monotonic() - started, "final", "passed" if result.success else "not passed")
+    result, seconds = _run_with_progress(module, model, trace, initial_input=goal, timeout_s=timeout)
+    _report(result, seconds, "final", "passed" if result.success else "not passed")
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ from signatures.results import ControllerDecision, StructuredAnalysisResult, Tas
 
 Policy = Literal["repair", "fresh"]
 FRESH_TEMPERATURE = 0.7
+PLAIN_TEXT = PlainTextAdapter()
 _DIGEST_CHARS = 800
 _OUTPUT_TAIL_CHARS = 2000
 
@@ -176,7 +177,7 @@ class ExecuteValidateController(LoopModule):
         target_file: str = "solution.py",
         policy: Policy = "repair",
         validator_timeout_s: float = 60.0,
-        executor_adapter: dspy.Adapter | None = PlainTextAdapter(),
+        executor_adapter: dspy.Adapter | None = PLAIN_TEXT,
         **options: Any,
     ):
         super().__init__(max_iterations=max_iterations, **options)

@@ -377,22 +377,21 @@ class Run:
             raise LimitReached("timeout", f"stopped after {elapsed:.1f}s: timeout_s={budget.timeout_s} reached")
         if budget.max_lm_calls is not None and self.lm_calls >= budget.max_lm_calls:
             raise LimitReached("lm_calls", f"stopped after {self.lm_calls} LM calls: max_lm_calls reached")
-        if budget.max_context_chars is not None:
-            if self.context_chars >= budget.max_context_chars:
-                raise LimitReached(
-                    "context_limit",
-                    f"stopped: role histories hold {self.context_chars} chars, "
-                    f"max_context_chars={budget.max_context_chars}",
-                )
+        if budget.max_context_chars is not None and self.context_chars >= budget.max_context_chars:
+            raise LimitReached(
+                "context_limit",
+                f"stopped: role histories hold {self.context_chars} chars, "
+                f"max_context_chars={budget.max_context_chars}",
+            )
 
     def _grow_context(self, chars: int) -> None:
         self.context_chars += chars
         limit = self.budget.max_context_chars
-        if limit is not None and not self._context_warned:
-            if self.context_chars >= self.budget.context_warning_ratio * limit:
-                self._context_warned = True
-                self.warn(f"role histories hold {self.context_chars} chars, "
-                          f"{self.context_chars / limit:.0%} of max_context_chars={limit}")
+        warn_at = None if limit is None else self.budget.context_warning_ratio * limit
+        if warn_at is not None and not self._context_warned and self.context_chars >= warn_at:
+            self._context_warned = True
+            self.warn(f"role histories hold {self.context_chars} chars, "
+                      f"{self.context_chars / limit:.0%} of max_context_chars={limit}")
 
     def _record(self, step: Step) -> None:
         self.trace.append(step)

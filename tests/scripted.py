@@ -87,3 +87,23 @@ def scripted_lm(script: Script, name: str = "scripted/test") -> dspy.LM:
 
 def calls(lm: dspy.LM) -> int:
     return len(lm.engine.requests)
+
+
+class Phase:
+    """A Python phase that records the positional arguments of each call and answers from a list
+    (the last answer repeats); an exception in the list is raised instead."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.args = []
+
+    def __call__(self, *args):
+        self.args.append(args)
+        answer = self.answers[min(len(self.args), len(self.answers)) - 1]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    @property
+    def calls(self):
+        return len(self.args)

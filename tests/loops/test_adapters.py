@@ -60,11 +60,11 @@ def test_signatures_with_non_text_secondary_outputs_are_refused():
 
 
 def test_compact_json_names_the_keys_without_placeholders_small_models_would_copy():
-    messages = CompactJSONAdapter().format(
-        CreatorSignature, demos=[], inputs={"requirements": "a haiku", "context": "", "history": dspy.History(messages=[])}
-    )
+    inputs = {"requirements": "a haiku", "context": "", "history": dspy.History(messages=[])}
+    messages = CompactJSONAdapter().format(CreatorSignature, demos=[], inputs=inputs)
     text = "\n".join(message["content"] for message in messages)
 
     assert "{draft}" not in text and "{response}" not in text
     assert "Respond with a JSON object with the keys `response`, `draft`." in text
-    assert CompactJSONAdapter().parse(CreatorSignature, '{"response": "r", "draft": "d"}') == {"response": "r", "draft": "d"}
+    answer = CompactJSONAdapter().parse(CreatorSignature, '{"response": "r", "draft": "d"}')
+    assert answer == {"response": "r", "draft": "d"}

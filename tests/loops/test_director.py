@@ -7,7 +7,7 @@ import pytest
 
 from loops import DecisionError, DirectorExecutorEvaluatorController, RetryPolicy, RoleFailed
 from signatures.director import DirectorSignature, LoopControllerSignature, PlanExecutorSignature
-from tests.scripted import calls, request_text, scripted_lm
+from tests.scripted import Phase, calls, request_text, scripted_lm
 
 NO_WAIT = RetryPolicy(backoff_s=0)
 ROLES = ("director", "executor", "evaluator", "controller")
@@ -27,26 +27,6 @@ def judged(status="FAIL", feedback="needs a title"):
 
 def decided(action="continue", next_input="add a title"):
     return {"action": action, "next_input": next_input}
-
-
-class Phase:
-    """A Python phase that records the positional arguments of each call and answers from a list
-    (the last answer repeats); an exception in the list is raised instead."""
-
-    def __init__(self, *answers):
-        self.answers = list(answers)
-        self.args = []
-
-    def __call__(self, *args):
-        self.args.append(args)
-        answer = self.answers[min(len(self.args), len(self.answers)) - 1]
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-    @property
-    def calls(self):
-        return len(self.args)
 
 
 def loop_with(scripts, **options):

@@ -18,7 +18,7 @@ from loops import (
 from loops.execute_validate import extract_code, failure_digest
 from signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from signatures.results import ControllerDecision, TaskResult, ValidationResult
-from tests.scripted import calls, request_text, scripted_lm
+from tests.scripted import Phase, calls, request_text, scripted_lm
 
 NO_WAIT = RetryPolicy(backoff_s=0)
 PYTEST = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:asyncio"])
@@ -50,26 +50,6 @@ def failed(passed=0, total=3):
 
 
 PASSED = ValidationResult(exit_code=0, stdout="all passed")
-
-
-class Phase:
-    """A Python phase that records the positional arguments of each call and answers from a list
-    (the last answer repeats); an exception in the list is raised instead."""
-
-    def __init__(self, *answers):
-        self.answers = list(answers)
-        self.args = []
-
-    def __call__(self, *args):
-        self.args.append(args)
-        answer = self.answers[min(len(self.args), len(self.answers)) - 1]
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-    @property
-    def calls(self):
-        return len(self.args)
 
 
 def loop_with(executor_script, analyst_script, **options):
