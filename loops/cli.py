@@ -129,7 +129,9 @@ def fix(
         list[str] | None, typer.Option("--files", "-f", help="Workspace files to show the executor")
     ] = None,
     target_file: Annotated[str, typer.Option(help="The file the executor writes")] = "solution.py",
-    policy: Annotated[str, typer.Option(help="'repair' (show earlier attempts) or 'fresh' (new samples)")] = "repair",
+    policy: Annotated[
+        str, typer.Option(help="'repair' (show earlier attempts), 'fresh' (new samples) or 'auto' (both)")
+    ] = "repair",
     model: ModelOption = "local",
     max_iterations: Annotated[int, typer.Option(min=0, max=1000, help="Execute-validate cycles at most")] = 4,
     timeout: TimeoutOption = 300.0,

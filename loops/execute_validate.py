@@ -29,7 +29,7 @@ from loops.validators import ShellValidator, Workspace
 from signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
 
-Policy = Literal["repair", "fresh"]
+Policy = Literal["repair", "fresh", "auto"]
 FRESH_TEMPERATURE = 0.7
 PLAIN_TEXT = PlainTextAdapter()
 _DIGEST_CHARS = 800
@@ -70,6 +70,29 @@ def defined_functions(code: str) -> list[str]:
     return [node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
 
 
+def names_the_tests_miss(validation: ValidationResult, code: str) -> list[str]:
+    """Names the tests use (a NameError, a failed import) that the code never mentions."""
+    output = f"{validation.stdout}\n{validation.stderr}"
+    found = re.findall(r"NameError: name '(\w+)' is not defined|cannot import name '(\w+)'", output)
+    names = dict.fromkeys(name for pair in found for name in pair if name)
+    return [name for name in names if not re.search(rf"\b{re.escape(name)}\b", code)]
+
+
+def align_names(code: str, names: list[str]) -> tuple[str, list[str]]:
+    """Alias the file's one function to the names the tests call but the file does not define.
+
+    A small model often writes the right function under its own name (tests call `Split`, it writes
+    `odd_list`) and repeats that name however it is told. Returns the code and the aliases added.
+    """
+    defined = defined_functions(code)
+    missing = [name for name in names if name not in defined]
+    spare = [function for function in defined if function not in names]
+    if not missing or len(spare) != 1:
+        return code, []
+    aliases = [f"{name} = {spare[0]}" for name in missing]
+    return code.rstrip("\n") + "\n\n" + "\n".join(aliases) + "\n", aliases
+
+
 def failure_digest(validation: ValidationResult, code: str = "") -> str:
     """A short, actionable account of why the validation failed, for the executor's next attempt."""
     if validation.ok:
@@ -83,9 +106,13 @@ def failure_digest(validation: ValidationResult, code: str = "") -> str:
     except SyntaxError as error:
         notes.append(f"Your code does not parse: {error.msg} at line {error.lineno}. Output only Python code.")
     defined = defined_functions(code)
-    for name in dict.fromkeys(re.findall(r"NameError: name '(\w+)' is not defined", output)):
+    missed = names_the_tests_miss(validation, code)
+    for name in missed:
         have = ", ".join(f"`{function}`" for function in defined) or "no function"
         notes.append(f"The tests call `{name}` but your file defines {have}: name the function `{name}`.")
+    for name in dict.fromkeys(re.findall(r"NameError: name '(\w+)' is not defined", output)):
+        if name not in missed:
+            notes.append(f"NameError: your code uses `{name}` without defining or importing it.")
     if "RecursionError" in output:
         notes.append("RecursionError: your function calls itself without end; do not call it recursively.")
     for kind in ("TypeError", "AttributeError", "IndexError", "KeyError", "ValueError", "ModuleNotFoundError"):
@@ -142,8 +169,16 @@ def tests_controller(executor_result: TaskResult, validation_result: ValidationR
     if validation_result.ok:
         return ControllerDecision.stop(executor_result)
     code = executor_result.content if isinstance(executor_result.content, str) else ""
-    return ControllerDecision.proceed({**_as_request(current_input),
-                                       "feedback": failure_digest(validation_result, code)})
+    return ControllerDecision.proceed(_next_request(current_input, validation_result, code, ""))
+
+
+def _next_request(current_input: Any, validation: ValidationResult, code: str, advice: str) -> dict[str, Any]:
+    """The next iteration's input: the same task, what failed (and any advice), the names the tests need."""
+    request = _as_request(current_input)
+    digest = failure_digest(validation, code)
+    expected = list(dict.fromkeys([*request.get("expected_names", []), *names_the_tests_miss(validation, code)]))
+    feedback = f"{digest}\n{advice}" if advice and advice != digest else digest
+    return {**request, "feedback": feedback, "expected_names": expected}
 
 
 class ExecuteValidateController(LoopModule):
@@ -155,7 +190,9 @@ class ExecuteValidateController(LoopModule):
     LLM for the next instruction, falling back to the failure digest if the analyst fails.
 
     `policy="repair"` shows the executor its earlier attempts; `policy="fresh"` forgets them and
-    samples a new attempt at some temperature, guided only by the digest of what failed.
+    samples a new attempt at some temperature, guided only by the digest of what failed;
+    `policy="auto"` repairs until the executor repeats an earlier attempt word for word, then
+    samples a fresh one.
     The built-in executor answers in plain text (`executor_adapter=PlainTextAdapter()`), from which
     the code is extracted; pass `executor_adapter=None` to use the context's adapter instead.
 
@@ -181,8 +218,8 @@ class ExecuteValidateController(LoopModule):
         **options: Any,
     ):
         super().__init__(max_iterations=max_iterations, **options)
-        if policy not in ("repair", "fresh"):
-            raise ConfigurationError(f"policy must be 'repair' or 'fresh', got {policy!r}")
+        if policy not in ("repair", "fresh", "auto"):
+            raise ConfigurationError(f"policy must be 'repair', 'fresh' or 'auto', got {policy!r}")
         self.policy = policy
         self.target_file = target_file
         self.workspace = workspace
@@ -212,9 +249,11 @@ class ExecuteValidateController(LoopModule):
         with self._run_workspace() as workspace:
             validator = self.validator or ShellValidator(workspace=workspace, timeout_s=self.validator_timeout_s)
             current = initial_input
+            codes: list[Any] = []
             while run.next_iteration():
                 iteration = run.iteration
-                result = yield from self._execute(run, workspace, current, iteration)
+                result = yield from self._execute(run, workspace, current, iteration, self._fresh_attempt(codes))
+                codes.append(result.content)
                 workspace.write(result.files)
                 validation = _as_validation((yield from run.call_phase(
                     "validator", validator, test_command=test_command, iteration=iteration)))
@@ -227,13 +266,19 @@ class ExecuteValidateController(LoopModule):
                 current = decision.value
             return run.finish("max_iterations")
 
-    def _execute(self, run: Run, workspace: Workspace, current: Any, iteration: int) -> Program:
+    def _fresh_attempt(self, codes: list[Any]) -> bool:
+        """Whether the next attempt starts over rather than repairing the last one."""
+        if not codes or self.policy == "repair":
+            return False
+        return self.policy == "fresh" or codes[-1] in codes[:-1]
+
+    def _execute(self, run: Run, workspace: Workspace, current: Any, iteration: int, fresh: bool) -> Program:
         if not self._builtin_executor:
             value = yield from run.call_phase("executor", current_input=current, iteration=iteration)
             return _as_task_result(value)
         request = _as_request(current)
         config = None
-        if self.policy == "fresh" and iteration > 1:
+        if fresh:
             run.forget("executor")
             config = {"temperature": FRESH_TEMPERATURE, "rollout_id": iteration}
         task = request["prompt"]
@@ -249,9 +294,10 @@ class ExecuteValidateController(LoopModule):
             target_file=target,
             file_context="\n\n".join(f"# {path}\n{text}" for path, text in context.items()),
         )
-        code = extract_code(prediction.code or "")
+        code, aliases = align_names(extract_code(prediction.code or ""), request.get("expected_names", []))
         status = "COMPLETE" if code.strip() else "FAILED"
-        return TaskResult(status=status, content=code, files={target: code}, notes={"notes": prediction.notes})
+        notes = {"notes": prediction.notes, **({"aliases": aliases} if aliases else {})}
+        return TaskResult(status=status, content=code, files={target: code}, notes=notes)
 
     def _decide(self, run: Run, result: TaskResult, validation: ValidationResult, current: Any,
                 test_command: str, iteration: int) -> Program:
@@ -266,7 +312,7 @@ class ExecuteValidateController(LoopModule):
         request = _as_request(current)
         if run.iteration >= run.budget.max_iterations:
             # No attempt follows, so an analysis would be an LM call whose answer nobody reads.
-            return ControllerDecision.proceed({**request, "feedback": digest})
+            return ControllerDecision.proceed(_next_request(current, validation, code, ""))
         try:
             answer = yield from run.call(
                 "analyst",
@@ -279,11 +325,10 @@ class ExecuteValidateController(LoopModule):
             )
         except RoleFailed as failure:
             run.warn(f"iteration {iteration}: {failure}; continuing with the failure digest instead")
-            return ControllerDecision.proceed({**request, "feedback": digest})
+            return ControllerDecision.proceed(_next_request(current, validation, code, ""))
         if answer.success:
             run.warn(f"iteration {iteration}: the analyst said success but the tests exited "
                      f"{validation.exit_code}; the tests win")
         analysis = StructuredAnalysisResult(success=False, analysis=answer.analysis or "",
                                             next_input=(answer.next_input or "").strip() or digest)
-        feedback = digest if analysis.next_input == digest else f"{digest}\n{analysis.next_input}"
-        return ControllerDecision.proceed({**request, "feedback": feedback})
+        return ControllerDecision.proceed(_next_request(current, validation, code, analysis.next_input))

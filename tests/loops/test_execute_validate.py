@@ -15,7 +15,7 @@ from loops import (
     RoleFailed,
     Workspace,
 )
-from loops.execute_validate import extract_code, failure_digest
+from loops.execute_validate import align_names, extract_code, failure_digest, names_the_tests_miss
 from signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from signatures.results import ControllerDecision, TaskResult, ValidationResult
 from tests.scripted import Phase, calls, request_text, scripted_lm
@@ -488,3 +488,55 @@ def test_forward_and_aforward_run_the_same_loop(tmp_path):
     assert summary(sync_result) == summary(async_result)
     assert call_counts(sync_lms) == call_counts(async_lms) == {"executor": 2, "analyst": 1}
     assert (tmp_path / "sync" / "solution.py").read_text() == (tmp_path / "async" / "solution.py").read_text()
+
+
+SPLIT_TEST = "from solution import *\n\n\ndef test_split():\n    assert Split([1, 2, 3]) == [1, 3]\n"
+
+
+def test_a_right_function_under_the_wrong_name_is_aliased_to_the_name_the_tests_call(tmp_path):
+    # The model repeats its own name however it is told; the loop adds the alias the tests need.
+    module, lms = loop_with([wrote(GOOD), wrote(GOOD)], [analysed("name it Split")],
+                            workspace=workspace_with_tests(tmp_path, SPLIT_TEST))
+
+    result = module(initial_input="write Split", test_command=PYTEST)
+
+    assert (result.stop_reason, result.success, result.iterations) == ("stopped", True, 2)
+    assert result.final.notes["aliases"] == ["Split = odd_list"]
+    assert (tmp_path / "solution.py").read_text().endswith("\n\nSplit = odd_list\n")
+    assert call_counts(lms) == {"executor": 2, "analyst": 1}
+
+
+@pytest.mark.parametrize(("code", "names", "expected"), [
+    (GOOD, ["Split"], GOOD + "\nSplit = odd_list\n"),
+    (GOOD, [], GOOD),
+    (GOOD + "\ndef helper():\n    pass\n", ["Split"], GOOD + "\ndef helper():\n    pass\n"),  # which one? leave it
+    ("def Split(xs):\n    return xs\n", ["Split"], "def Split(xs):\n    return xs\n"),
+    ("x = 1\n", ["Split"], "x = 1\n"),
+])
+def test_align_names_only_aliases_a_single_candidate(code, names, expected):
+    assert align_names(code, names)[0] == expected
+
+
+def test_only_names_the_code_never_mentions_count_as_called_by_the_tests():
+    validation = ValidationResult(
+        exit_code=1,
+        stdout="E   NameError: name 'Split' is not defined\nE   NameError: name 'math' is not defined\n"
+               "E   ImportError: cannot import name 'is_odd' from 'solution'",
+    )
+    code = "def odd_list(xs):\n    return [math.floor(x) for x in xs]\n"
+
+    assert names_the_tests_miss(validation, code) == ["Split", "is_odd"]
+    digest = failure_digest(validation, code)
+    assert "The tests call `Split` but your file defines `odd_list`" in digest
+    assert "NameError: your code uses `math` without defining or importing it." in digest
+
+
+def test_auto_repairs_until_the_executor_repeats_itself_then_samples_afresh():
+    module, lms = loop_with([wrote("x = 1\n"), wrote("x = 1\n"), wrote("x = 2\n")], [analysed()] * 2,
+                            validator=Phase(failed()), policy="auto", max_iterations=3)
+
+    module(initial_input="task", test_command="check")
+
+    second, third = lms["executor"].engine.requests[1:]
+    assert second.config.temperature is None and any(message.role == "assistant" for message in second.messages)
+    assert third.config.temperature == 0.7 and not any(message.role == "assistant" for message in third.messages)
