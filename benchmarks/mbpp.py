@@ -48,6 +48,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "about": "up to 4 attempts, policy=fresh (T=0.7 after the first), tests_controller",
         "options": {"max_iterations": 4, "policy": "fresh", "controller": "tests"},
     },
+    "auto": {
+        "about": "up to 4 attempts, policy=auto (repair until the executor repeats itself, then fresh), LLM analyst",
+        "options": {"max_iterations": 4, "policy": "auto"},
+    },
     "repair-rules": {
         "about": "up to 4 attempts, policy=repair, tests_controller (failure digest, no analyst LLM)",
         "options": {"max_iterations": 4, "policy": "repair", "controller": "tests"},
@@ -200,6 +204,8 @@ def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = N
         "failure_kinds": failure_kinds(last) if last is not None and not last.ok else [],
         "distinct_codes": len({entry.get("code") for entry in attempts if "code" in entry}),
         "warnings": list(result.warnings),
+        # The loop aliases a rightly written function to the name the tests call (align_names).
+        "aliases": getattr(result.final, "notes", {}).get("aliases", []) if result.success else [],
     }
 
     # What code extraction does: run the tests on the first answer as the model wrote it, too.

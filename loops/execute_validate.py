@@ -40,8 +40,9 @@ _OUTPUT_TAIL_CHARS = 2000
 
 
 def extract_code(text: str) -> str:
-    """The code in an answer: inside the first fence if there is one, without leading prose, and cut
-    back to the longest prefix that parses (small models trail off mid-repetition)."""
+    """The code in an answer: inside the first fence if there is one, without leading prose, cut back
+    to the longest prefix that parses (small models trail off mid-repetition), and without the
+    example usage that would run on import."""
     fence = re.search(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", text, re.S)
     lines = (fence.group(1) if fence else text).splitlines()
     code_line = re.compile(r"\s*(def |class |import |from |@|async def |[A-Za-z_][\w.]*\s*=)")
@@ -51,7 +52,26 @@ def extract_code(text: str) -> str:
         # Try the prefixes ending before each top-level statement, longest first.
         cuts = [n for n, line in enumerate(lines) if n and line[:1].strip() and not line.startswith(("#", ")"))]
         lines = next((lines[:cut] for cut in reversed(cuts) if _parses(lines[:cut])), lines)
-    return "\n".join(lines).strip() + "\n"
+    return _without_examples("\n".join(lines)).strip() + "\n"
+
+
+def _without_examples(code: str) -> str:
+    """Drop top-level calls, asserts and `if __name__ == "__main__":` blocks.
+
+    Small models end a file with `print(f(5))  # Example usage`, which runs when the tests import
+    the file and, with a wrong call, hides a right function behind an import-time error.
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code
+    dropped: set[int] = set()
+    for node in tree.body:
+        docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        main_guard = isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
+        if (isinstance(node, ast.Expr) and not docstring) or isinstance(node, ast.Assert) or main_guard:
+            dropped.update(range(node.lineno - 1, node.end_lineno))
+    return "\n".join(line for number, line in enumerate(code.splitlines()) if number not in dropped)
 
 
 def _parses(lines: list[str]) -> bool:

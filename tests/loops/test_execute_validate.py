@@ -540,3 +540,15 @@ def test_auto_repairs_until_the_executor_repeats_itself_then_samples_afresh():
     second, third = lms["executor"].engine.requests[1:]
     assert second.config.temperature is None and any(message.role == "assistant" for message in second.messages)
     assert third.config.temperature == 0.7 and not any(message.role == "assistant" for message in third.messages)
+
+
+def test_example_usage_that_would_run_on_import_is_dropped():
+    answer = (
+        'import math\nLIMIT = 3\n\ndef area(r):\n    """Area."""\n    print(r)\n    return math.pi * r * r\n\n'
+        "# Example usage:\nprint(area(2, 3))\nassert area(1) == 3\nif __name__ == '__main__':\n    area(5)\n"
+    )
+
+    code = extract_code(answer)
+
+    function = 'def area(r):\n    """Area."""\n    print(r)\n    return math.pi * r * r\n'
+    assert code == f"import math\nLIMIT = 3\n\n{function}\n# Example usage:\n"
