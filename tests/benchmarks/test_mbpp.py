@@ -1,0 +1,50 @@
+import json
+
+from benchmarks.mbpp import build_prompt, build_test_file, check_code, failure_category, load_tasks, summarize
+
+TASKS = [
+    {"task_id": 1, "prompt": "Write a function to add two numbers.", "code": "def add(a, b):\n    return a + b\n",
+     "test_imports": [], "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0"], "split": "validation"},
+    {"task_id": 2, "prompt": "Write a function to find the square root.",
+     "code": "import math\n\n\ndef root(x):\n    return math.sqrt(x)\n",
+     "test_imports": ["import math"], "test_list": ["assert root(4) == 2"], "split": "train"},
+]
+
+
+def test_tasks_load_by_split(tmp_path):
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text("\n".join(json.dumps(task) for task in TASKS) + "\n")
+
+    assert [task["task_id"] for task in load_tasks(path, "validation")] == [1]
+    assert [task["task_id"] for task in load_tasks(path, "all")] == [1, 2]
+
+
+def test_the_prompt_is_the_papers_task_plus_asserts():
+    prompt = build_prompt(TASKS[0])
+
+    assert prompt.startswith("You are an expert Python programmer, and here is your task: Write a function to add")
+    assert prompt.endswith("Your code should pass these tests:\n\nassert add(1, 2) == 3\nassert add(0, 0) == 0")
+
+
+def test_the_harness_passes_the_reference_solution_and_fails_a_wrong_one():
+    for task in TASKS:
+        assert "from solution import *" in build_test_file(task)
+        assert check_code(task["code"], task).ok, task["task_id"]
+
+    wrong = check_code("def add(a, b):\n    return a - b\n", TASKS[0])
+    assert (wrong.ok, wrong.passed, wrong.failed) == (False, 1, 1)
+    assert failure_category(wrong) == "AssertionError"
+    assert failure_category(check_code("def plus(a, b):\n    return a + b\n", TASKS[0])) == "NameError"
+
+
+def test_the_summary_counts_passes_and_calls_per_config():
+    records = [
+        {"config": "single", "task_id": 1, "passed": True, "lm_calls": 1, "seconds": 2.0, "first_pass_iteration": 1,
+         "failure_category": None, "first_raw_passed": False, "first_extracted_passed": True},
+        {"config": "single", "task_id": 2, "passed": False, "lm_calls": 1, "seconds": 3.0, "first_pass_iteration": None,
+         "failure_category": "NameError", "first_raw_passed": False, "first_extracted_passed": False},
+    ]
+
+    (row,) = summarize(records)
+
+    assert (row["config"], row["tasks"], row["passed"], row["lm_calls"]) == ("single", 2, 1, 2)
