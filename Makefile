@@ -1,6 +1,6 @@
 # Two commands do all set-up on a fresh machine (Python 3.11 with pip and venv):
 #   make demo   create .venv, install loops with the embedded model, run a Creator–Critic–Iterator loop
-#   make test   install the test tools too and run the whole test suite
+#   make test   install the test tools too, lint, and run the whole test suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,6 +12,7 @@ demo: $(VENV)/.installed-local
 	$(BIN)/loops refine "$(DEMO_REQUIREMENTS)" --max-iterations 2 --trace demo-trace.jsonl
 
 test: $(VENV)/.installed-dev
+	$(BIN)/ruff check loops signatures benchmarks tests
 	$(BIN)/python -m pytest
 
 $(BIN)/python:
