@@ -243,14 +243,14 @@ def read_records(paths: list[str]) -> list[dict[str, Any]]:
             for line in handle:
                 if line.strip():
                     record = json.loads(line)
-                    latest[(record["config"], record["task_id"])] = record
+                    latest[(record["config"], record.get("adapter"), record["task_id"])] = record
     return list(latest.values())
 
 
 def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
-    for config in dict.fromkeys(record["config"] for record in records):
-        mine = [record for record in records if record["config"] == config]
+    for config in dict.fromkeys(_label(record) for record in records):
+        mine = [record for record in records if _label(record) == config]
         passed = sum(record["passed"] for record in mine)
         failures = Counter(record["failure_category"] for record in mine if not record["passed"])
         rows.append({
@@ -269,6 +269,11 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          if failures[category]},
         })
     return rows
+
+
+def _label(record: dict[str, Any]) -> str:
+    """A summary row per config, and per adapter when the records say which one they ran under."""
+    return f"{record['config']}/{record['adapter']}" if record.get("adapter") else record["config"]
 
 
 def print_summary(rows: list[dict[str, Any]], expected: int | None = None) -> None:
@@ -302,7 +307,10 @@ def print_summary(rows: list[dict[str, Any]], expected: int | None = None) -> No
 def run(args: argparse.Namespace) -> None:
     import dspy
 
+    from loops.adapters import CompactJSONAdapter
     from loops.lm import local_lm
+
+    adapters = {"compact": CompactJSONAdapter, "json": dspy.JSONAdapter}  # compact: the CLI's choice
 
     configs = [name.strip() for name in args.configs.split(",") if name.strip()]
     unknown = [name for name in configs if name not in CONFIGS]
@@ -310,17 +318,18 @@ def run(args: argparse.Namespace) -> None:
         sys.exit(f"unknown config(s) {unknown}; choose from {list(CONFIGS)}")
     task_ids = {int(value) for value in args.task_ids.split(",")} if args.task_ids else None
     tasks = load_tasks(args.data, args.split, args.limit, task_ids)
-    done = {(record["config"], record["task_id"]) for record in read_records([args.out])} if args.resume else set()
+    done = ({(record["config"], record["task_id"]) for record in read_records([args.out])
+             if record.get("adapter", args.adapter) == args.adapter} if args.resume else set())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(args.out, "a", encoding="utf-8") as out, \
-            dspy.context(lm=local_lm(), adapter=dspy.JSONAdapter()):
+            dspy.context(lm=local_lm(), adapter=adapters[args.adapter]()):
         for config in configs:
             for number, task in enumerate(tasks, 1):
                 if (config, task["task_id"]) in done:
                     continue
                 try:
-                    record = run_task(config, task, args.task_timeout)
+                    record = {**run_task(config, task, args.task_timeout), "adapter": args.adapter}
                 except Exception as exc:  # keep going: one broken task must not end the benchmark
                     record = {"config": config, "task_id": task["task_id"], "passed": False,
                               "failure_category": "harness_error", "harness_error": f"{type(exc).__name__}: {exc}"}
@@ -345,6 +354,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--task-ids", default=None, help="comma list of task ids to run")
     parser.add_argument("--configs", default="single", help=f"comma list of {', '.join(CONFIGS)}")
     parser.add_argument("--out", default="/tmp/mbpp.jsonl", help="JSON-lines file records are appended to")
+    parser.add_argument("--adapter", choices=("compact", "json"), default="compact",
+                        help="the context adapter (the executor always answers in plain text): "
+                             "compact = loops.adapters.CompactJSONAdapter, json = dspy.JSONAdapter")
     parser.add_argument("--task-timeout", type=float, default=None,
                         help="wall-clock limit of one task's loop in seconds (default: none)")
     parser.add_argument("--resume", action="store_true", help="skip (config, task) pairs already in --out")

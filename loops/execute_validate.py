@@ -33,7 +33,8 @@ Policy = Literal["repair", "fresh", "auto"]
 FRESH_TEMPERATURE = 0.7
 PLAIN_TEXT = PlainTextAdapter()
 _DIGEST_CHARS = 800
-_OUTPUT_TAIL_CHARS = 2000
+_OUTPUT_TAIL_CHARS = 1500
+ANALYST_MAX_TOKENS = 256  # an analysis and one instruction; a rambling model otherwise fills 512
 
 
 # --- turning a model's answer into code, and a test run into an instruction ----------------------
@@ -336,6 +337,7 @@ class ExecuteValidateController(LoopModule):
         try:
             answer = yield from run.call(
                 "analyst",
+                config={"max_tokens": ANALYST_MAX_TOKENS},
                 goal=request["prompt"],
                 code=code,
                 test_command=test_command,
@@ -347,8 +349,10 @@ class ExecuteValidateController(LoopModule):
             run.warn(f"iteration {iteration}: {failure}; continuing with the failure digest instead")
             return ControllerDecision.proceed(_next_request(current, validation, code, ""))
         if answer.success:
+            # An analyst that contradicts the tests has misread them: its advice is not passed on either.
             run.warn(f"iteration {iteration}: the analyst said success but the tests exited "
-                     f"{validation.exit_code}; the tests win")
+                     f"{validation.exit_code}; the tests win and its advice is dropped")
+            return ControllerDecision.proceed(_next_request(current, validation, code, ""))
         analysis = StructuredAnalysisResult(success=False, analysis=answer.analysis or "",
                                             next_input=(answer.next_input or "").strip() or digest)
         return ControllerDecision.proceed(_next_request(current, validation, code, analysis.next_input))

@@ -160,13 +160,15 @@ def test_the_best_attempt_is_not_the_last_one_at_max_iterations():
 
 
 def test_the_tests_exit_code_outranks_an_analyst_that_claims_success(tmp_path):
-    module, lms = loop_with([wrote(BAD), wrote(GOOD)], [analysed(next_input="", success=True)],
+    module, lms = loop_with([wrote(BAD), wrote(GOOD)], [analysed(next_input="7.92083", success=True)],
                             workspace=Workspace(tmp_path))
 
     result = module(initial_input="write odd_list", test_command=CHECK_ODD)
 
     assert (result.stop_reason, result.iterations, result.success) == ("stopped", 2, True)
     assert call_counts(lms) == {"executor": 2, "analyst": 1}
+    assert "7.92083" not in request_text(lms["executor"].engine.requests[1])  # its advice is dropped too
+    assert lms["analyst"].engine.requests[0].config.max_tokens == 256
     assert any("analyst said success but the tests exited 1; the tests win" in warning
                for warning in result.warnings)
     digest = result.trace[2].inputs["digest"]
