@@ -16,6 +16,7 @@ graceful stops live in `Run`, written once for both.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import inspect
@@ -154,10 +155,15 @@ class _Sleep:
 
 
 def _run_coroutine(awaitable: Any) -> Any:
-    """An async phase driven by the synchronous `forward`."""
+    """An async phase driven by the synchronous `forward`, even inside a running event loop (Jupyter)."""
     async def wait() -> Any:
         return await awaitable
-    return asyncio.run(wait())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
+        return worker.submit(contextvars.copy_context().run, asyncio.run, wait()).result()
 
 
 def _usage_summary(usage: Any) -> tuple[int, dict[str, int] | None]:

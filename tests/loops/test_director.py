@@ -397,3 +397,17 @@ def test_forward_and_aforward_run_the_same_loop():
     assert summary(sync_result) == summary(async_result)
     assert call_counts(sync_lms) == call_counts(async_lms) == {"director": 3, "executor": 3, "evaluator": 3,
                                                                "controller": 2}
+
+
+async def test_an_async_phase_runs_under_the_sync_forward_inside_a_running_event_loop():
+    async def director(current_input, iteration):
+        return f"plan for {current_input}"
+
+    module = DirectorExecutorEvaluatorController(
+        max_iterations=1, director=director, executor=lambda plan, iteration: plan.upper(),
+        evaluator=lambda result, plan, iteration: {"status": "PASS"},
+        controller=lambda feedback, plan, result, iteration: ("stop", result))
+
+    result = module(initial_input="x")  # what a notebook cell does: sync call, loop already running
+
+    assert (result.stop_reason, result.final) == ("stopped", "PLAN FOR X")
