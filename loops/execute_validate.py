@@ -190,13 +190,14 @@ def tests_controller(executor_result: TaskResult, validation_result: ValidationR
     if validation_result.ok:
         return ControllerDecision.stop(executor_result)
     code = executor_result.content if isinstance(executor_result.content, str) else ""
-    return ControllerDecision.proceed(_next_request(current_input, validation_result, code, ""))
+    digest = failure_digest(validation_result, code)
+    return ControllerDecision.proceed(_next_request(current_input, validation_result, code, digest))
 
 
-def _next_request(current_input: Any, validation: ValidationResult, code: str, advice: str) -> dict[str, Any]:
+def _next_request(current_input: Any, validation: ValidationResult, code: str, digest: str,
+                  advice: str = "") -> dict[str, Any]:
     """The next iteration's input: the same task, what failed (and any advice), the names the tests need."""
     request = _as_request(current_input)
-    digest = failure_digest(validation, code)
     expected = list(dict.fromkeys([*request.get("expected_names", []), *names_the_tests_miss(validation, code)]))
     feedback = f"{digest}\n{advice}" if advice and advice != digest else digest
     return {**request, "feedback": feedback, "expected_names": expected}
@@ -330,15 +331,19 @@ class ExecuteValidateController(LoopModule):
             return ControllerDecision.stop(result)
         code = result.content if isinstance(result.content, str) else str(result.content)
         digest = failure_digest(validation, code)
-        request = _as_request(current)
-        if run.iteration >= run.budget.max_iterations:
-            # No attempt follows, so an analysis would be an LM call whose answer nobody reads.
-            return ControllerDecision.proceed(_next_request(current, validation, code, ""))
+        advice = ""
+        if run.iteration < run.budget.max_iterations:  # after the last attempt an analysis would go unread
+            advice = yield from self._analyse(run, current, code, validation, digest, test_command, iteration)
+        return ControllerDecision.proceed(_next_request(current, validation, code, digest, advice))
+
+    def _analyse(self, run: Run, current: Any, code: str, validation: ValidationResult, digest: str,
+                 test_command: str, iteration: int) -> Program:
+        """The analyst's instruction for the next attempt, or "" when it has none worth passing on."""
         try:
             answer = yield from run.call(
                 "analyst",
                 config={"max_tokens": ANALYST_MAX_TOKENS},
-                goal=request["prompt"],
+                goal=_as_request(current)["prompt"],
                 code=code,
                 test_command=test_command,
                 exit_code=validation.exit_code,
@@ -347,12 +352,12 @@ class ExecuteValidateController(LoopModule):
             )
         except RoleFailed as failure:
             run.warn(f"iteration {iteration}: {failure}; continuing with the failure digest instead")
-            return ControllerDecision.proceed(_next_request(current, validation, code, ""))
+            return ""
         if answer.success:
             # An analyst that contradicts the tests has misread them: its advice is not passed on either.
             run.warn(f"iteration {iteration}: the analyst said success but the tests exited "
                      f"{validation.exit_code}; the tests win and its advice is dropped")
-            return ControllerDecision.proceed(_next_request(current, validation, code, ""))
+            return ""
         analysis = StructuredAnalysisResult(success=False, analysis=answer.analysis or "",
                                             next_input=(answer.next_input or "").strip() or digest)
-        return ControllerDecision.proceed(_next_request(current, validation, code, analysis.next_input))
+        return analysis.next_input
