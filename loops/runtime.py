@@ -252,25 +252,27 @@ class Run:
         unparseable answers per the retry policy; raises `LimitReached` when the budget is spent and
         `RoleFailed` when the role fails for good.
         """
-        return self._call(role, (), inputs, config=config, remember=True, adapter=adapter)
+        return self._call(role, inputs, config=config, remember=True, adapter=adapter)
 
     def call_phase(self, role: str, phase: Any = None, /, **contract_args: Any) -> Program:
         """Call a pluggable phase (a callable or a user's `dspy.Module`; the module's `role` attribute
         unless `phase` is given) with the contract's arguments, positionally and in order, so any
         parameter names work; returns what it returns."""
-        return self._call(role, tuple(contract_args.values()), contract_args, config=None, remember=False,
-                          target=phase)
+        return self._call(role, contract_args, config=None, remember=False, target=phase)
 
     def forget(self, role: str) -> None:
         """Start `role` over with an empty history (e.g. for a fresh attempt rather than a repair)."""
         self.turns.pop(role, None)
 
-    def _call(self, role: str, args: tuple, inputs: dict[str, Any], *, config: dict[str, Any] | None,
-              remember: bool, target: Any = None, adapter: dspy.Adapter | None = None) -> Program:
+    def _call(self, role: str, inputs: dict[str, Any], *, config: dict[str, Any] | None, remember: bool,
+              target: Any = None, adapter: dspy.Adapter | None = None) -> Program:
+        """`remember` marks an LLM role: keyword inputs, its own history, at least one LM call per attempt.
+        Otherwise a pluggable phase: the inputs go positionally, in the contract's order."""
         target = target if target is not None else getattr(self.module, role)
         self._check_limits()
         history_field = _history_field(target) if remember else None
-        kwargs = {} if args else dict(inputs)
+        args = () if remember else tuple(inputs.values())
+        kwargs = dict(inputs) if remember else {}
         if history_field is not None:
             kwargs[history_field] = dspy.History(messages=list(self.turns.get(role, [])))
         if config:
