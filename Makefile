@@ -12,7 +12,7 @@ demo: $(VENV)/.installed-local
 	$(BIN)/loops refine "$(DEMO_REQUIREMENTS)" --max-iterations 2 --trace demo-trace.jsonl
 
 test: $(VENV)/.installed-dev
-	$(BIN)/ruff check loops signatures benchmarks tests
+	$(BIN)/ruff check loops signatures sexp benchmarks tests
 	$(BIN)/python -m pytest
 
 $(BIN)/python:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -37,26 +38,45 @@ TEST_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "single": {
-        "about": "one attempt (max_iterations=1, tests_controller so no analyst call after it)",
-        "options": {"max_iterations": 1, "controller": "tests"},
+        "about": "one attempt (max_iterations=1, samples=1, tests_controller so no analyst call after it)",
+        "options": {"max_iterations": 1, "samples": 1, "controller": "tests"},
+    },
+    "defaults": {
+        "about": "what `loops fix` does on the model: policy, samples, analyst and max_iterations by "
+                 "loops.lm.code_loop_defaults",
+        "options": {},
     },
     "repair": {
-        "about": "up to 4 attempts, policy=repair, the default LLM-analyst controller",
-        "options": {"max_iterations": 4, "policy": "repair"},
+        "about": "up to 4 attempts, policy=repair, the LLM-analyst controller",
+        "options": {"max_iterations": 4, "policy": "repair", "samples": 1, "analyst": True},
     },
     "fresh": {
         "about": "up to 4 attempts, policy=fresh (T=0.7 after the first), tests_controller",
-        "options": {"max_iterations": 4, "policy": "fresh", "controller": "tests"},
+        "options": {"max_iterations": 4, "policy": "fresh", "samples": 1, "controller": "tests"},
     },
     "auto": {
         "about": "up to 4 attempts, policy=auto (repair until the executor repeats itself, then fresh), LLM analyst",
-        "options": {"max_iterations": 4, "policy": "auto"},
+        "options": {"max_iterations": 4, "policy": "auto", "samples": 1, "analyst": True},
     },
     "repair-rules": {
         "about": "up to 4 attempts, policy=repair, tests_controller (failure digest, no analyst LLM)",
-        "options": {"max_iterations": 4, "policy": "repair", "controller": "tests"},
+        "options": {"max_iterations": 4, "policy": "repair", "samples": 1, "controller": "tests"},
     },
 }
+# `sNiM` (e.g. s4i3): the embedded defaults with samples=N and max_iterations=M, for tuning.
+_TUNED = re.compile(r"s(\d+)i(\d+)$")
+# `passk`: --k independent samples per task at PASSK_TEMPERATURE, each tested; for the pass@k curve.
+PASSK_TEMPERATURE = 0.7
+
+
+def config_options(config: str) -> dict[str, Any]:
+    tuned = _TUNED.match(config)
+    if tuned:
+        return {"samples": int(tuned.group(1)), "max_iterations": int(tuned.group(2))}
+    if config not in CONFIGS:
+        raise ValueError(f"unknown config {config!r}")
+    return dict(CONFIGS[config]["options"])
+
 
 CATEGORIES = ("timeout", "SyntaxError", "NameError", "RecursionError", "TypeError", "AssertionError", "other")
 _EXCEPTION = re.compile(r"\b([A-Z]\w*(?:Error|Exception))\b")
@@ -117,33 +137,37 @@ def failure_category(validation: Any) -> str | None:
 
 
 def _attempts(trace: list[Any], extract_code) -> list[dict[str, Any]]:
-    """One entry per iteration: the executor's answer, the test run, and what the loop fed back."""
-    by_iteration: dict[int, dict[str, Any]] = {}
+    """One entry per candidate (an executor call): its answer, its test run, what the loop fed back."""
+    entries: list[dict[str, Any]] = []
     for step in trace:
-        entry = by_iteration.setdefault(step.iteration, {"iteration": step.iteration})
-        if step.role == "executor":
-            entry["executor_error"] = step.error
-            entry["executor_attempts"] = step.attempts
+        if step.role.startswith("executor"):
+            entry = {"iteration": step.iteration, "role": step.role, "executor_error": step.error,
+                     "executor_attempts": step.attempts, "note": step.note}
             task = (step.inputs or {}).get("task", "")
+            if not isinstance(task, str):  # a custom executor's input
+                task = str(task)
             entry["feedback_in"] = task.split(_FEEDBACK_MARK, 1)[1] if _FEEDBACK_MARK in task else None
             if step.outputs is not None:
                 raw = step.outputs.get("code") or ""
                 entry["raw_code"] = raw
                 entry["code"] = extract_code(raw)
                 entry["notes"] = step.outputs.get("notes")
-        elif step.role == "validator" and step.outputs is not None:
+            entries.append(entry)
+        elif step.role == "validator" and step.outputs is not None and entries:
             validation = step.outputs.get("result")
+            entry = entries[-1]
             entry["_validation"] = validation
             entry["ok"] = validation.ok
             entry["tests_passed"] = validation.passed
             entry["tests_failed"] = validation.failed
             entry["category"] = failure_category(validation)
             entry["kinds"] = failure_kinds(validation) if not validation.ok else []
-        elif step.role == "analyst":
+        elif step.role == "analyst" and entries:
+            entry = entries[-1]
             entry["analyst_error"] = step.error
             if step.outputs is not None:
                 entry["analyst"] = {key: step.outputs.get(key) for key in ("success", "analysis", "next_input")}
-    return [by_iteration[number] for number in sorted(by_iteration)]
+    return entries
 
 
 def check_code(code: str, task: dict[str, Any]) -> Any:
@@ -156,15 +180,69 @@ def check_code(code: str, task: dict[str, Any]) -> Any:
 
 
 def make_module(config: str, workspace: Any, validator: Any, task_timeout_s: float | None = None) -> Any:
-    from loops import Budget, ExecuteValidateController, tests_controller
+    import dspy
 
-    options = dict(CONFIGS[config]["options"])
+    from loops import Budget, ExecuteValidateController, tests_controller
+    from loops.lm import code_loop_defaults
+
+    options = config_options(config)
     if options.pop("controller", None) == "tests":
         options["controller"] = tests_controller
+    # `loops fix` takes max_iterations from the same rule as the module's other defaults.
+    iterations = options.pop("max_iterations", None) or code_loop_defaults(dspy.settings.lm).max_iterations
     # Budget's default timeout_s (300 s) would make the result depend on how busy the machine is:
     # by default a task gets all its iterations, however long they take (max_tokens bounds each call).
     return ExecuteValidateController(workspace=workspace, validator=validator,
-                                     budget=Budget(timeout_s=task_timeout_s), **options)
+                                     budget=Budget(max_iterations=iterations, timeout_s=task_timeout_s), **options)
+
+
+def sample_task(task: dict[str, Any], k: int) -> dict[str, Any]:
+    """`k` independent answers at PASSK_TEMPERATURE to the loop's first request (the prompt and the
+    interface read from the tests), each extracted, aliased to the tests' names and tested."""
+    import dspy
+
+    from loops import Workspace
+    from loops.execute_validate import PLAIN_TEXT
+    from loops.python_code import align_names, extract_code, read_interface
+    from loops.signatures.execute_validate import ExecutorSignature
+    from loops.signatures.results import CodeRequest
+
+    with Workspace() as workspace:
+        workspace.write({TEST_FILE: build_test_file(task)})
+        interface = read_interface(workspace.path, TEST_COMMAND, "solution.py")
+    request = CodeRequest(prompt=build_prompt(task), interface=interface.describe("solution.py"),
+                          expected_names=interface.names)
+    executor = dspy.Predict(ExecutorSignature)
+    samples = []
+    started = time.monotonic()
+    for rollout in range(1, k + 1):
+        with dspy.context(adapter=PLAIN_TEXT):
+            answer = executor(task=request.task(), target_file="solution.py", file_context="",
+                              history=dspy.History(messages=[]),
+                              config={"temperature": PASSK_TEMPERATURE, "rollout_id": rollout})
+        code, aliases = align_names(extract_code(answer.code or ""), request.expected_names)
+        check = check_code(code, task)
+        samples.append({"passed": check.ok, "category": failure_category(check), "aliases": aliases, "code": code})
+    return {"config": "passk", "task_id": task["task_id"], "k": k, "temperature": PASSK_TEMPERATURE,
+            "passed": any(sample["passed"] for sample in samples),
+            "passes": sum(sample["passed"] for sample in samples), "lm_calls": k,
+            "seconds": round(time.monotonic() - started, 2),
+            "distinct_codes": len({sample["code"] for sample in samples}), "interface": request.interface,
+            "samples": samples}
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k from n samples of which c passed (Chen et al., 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def passk_curve(records: list[dict[str, Any]]) -> dict[int, float]:
+    """Expected tasks solved with k samples, k = 1..n, summed over the tasks' records."""
+    mine = [record for record in records if record["config"] == "passk" and "passes" in record]
+    n = min((record["k"] for record in mine), default=0)
+    return {k: sum(pass_at_k(record["k"], record["passes"], k) for record in mine) for k in range(1, n + 1)}
 
 
 def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = None) -> dict[str, Any]:
@@ -175,6 +253,7 @@ def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = N
         workspace.write({TEST_FILE: build_test_file(task)})
         validator = PytestValidator(workspace=workspace, timeout_s=TEST_TIMEOUT_S, env=TEST_ENV)
         module = make_module(config, workspace, validator, task_timeout_s)
+        settings = {**module.settings(), "max_iterations": module.budget.max_iterations}
         started = time.monotonic()
         result = module(initial_input=build_prompt(task), test_command=TEST_COMMAND)
         seconds = time.monotonic() - started
@@ -192,6 +271,8 @@ def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = N
     record: dict[str, Any] = {
         "config": config,
         "task_id": task["task_id"],
+        "settings": settings,
+        "candidates": sum(1 for entry in attempts if "raw_code" in entry),
         "passed": bool(result.success),
         "iterations": result.iterations,
         "stop_reason": result.stop_reason,
@@ -252,7 +333,7 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for config in dict.fromkeys(_label(record) for record in records):
         mine = [record for record in records if _label(record) == config]
         passed = sum(record["passed"] for record in mine)
-        failures = Counter(record["failure_category"] for record in mine if not record["passed"])
+        failures = Counter(record.get("failure_category") for record in mine if not record["passed"])
         rows.append({
             "config": config,
             "tasks": len(mine),
@@ -307,13 +388,13 @@ def print_summary(rows: list[dict[str, Any]], expected: int | None = None) -> No
 def run(args: argparse.Namespace) -> None:
     import dspy
 
-    from loops.adapters import CompactJSONAdapter
     from loops.lm import local_lm
 
-    adapters = {"compact": CompactJSONAdapter, "json": dspy.JSONAdapter}  # compact: the CLI's choice
+    # "model": no adapter in the context, so the model's own rule applies (loops.lm.adapter_for), as in the CLI.
+    adapters = {"model": lambda: None, "json": dspy.JSONAdapter}
 
     configs = [name.strip() for name in args.configs.split(",") if name.strip()]
-    unknown = [name for name in configs if name not in CONFIGS]
+    unknown = [name for name in configs if name != "passk" and name not in CONFIGS and not _TUNED.match(name)]
     if unknown:
         sys.exit(f"unknown config(s) {unknown}; choose from {list(CONFIGS)}")
     task_ids = {int(value) for value in args.task_ids.split(",")} if args.task_ids else None
@@ -329,7 +410,10 @@ def run(args: argparse.Namespace) -> None:
                 if (config, task["task_id"]) in done:
                     continue
                 try:
-                    record = {**run_task(config, task, args.task_timeout), "adapter": args.adapter}
+                    if config == "passk":
+                        record = {**sample_task(task, args.k), "adapter": args.adapter}
+                    else:
+                        record = {**run_task(config, task, args.task_timeout), "adapter": args.adapter}
                 except Exception as exc:  # keep going: one broken task must not end the benchmark
                     record = {"config": config, "task_id": task["task_id"], "passed": False,
                               "failure_category": "harness_error", "harness_error": f"{type(exc).__name__}: {exc}"}
@@ -344,6 +428,18 @@ def run(args: argparse.Namespace) -> None:
     records = [record for record in read_records([args.out]) if record["config"] in configs
                and record["task_id"] in {task["task_id"] for task in tasks}]
     print_summary(summarize(records), expected=len(tasks))
+    print_curve(records)
+
+
+def print_curve(records: list[dict[str, Any]]) -> None:
+    """The pass@k curve of the `passk` records, if any: expected tasks solved with k samples."""
+    curve = passk_curve(records)
+    if not curve:
+        return
+    tasks = sum(1 for record in records if record["config"] == "passk" and "passes" in record)
+    print(f"pass@k over {tasks} tasks at temperature {PASSK_TEMPERATURE} (unbiased estimator):")
+    for k, solved in curve.items():
+        print(f"  k={k}: {solved:.2f} tasks ({solved / tasks:.1%})")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -352,11 +448,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", default="validation", help="train | validation | prompt | all")
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
     parser.add_argument("--task-ids", default=None, help="comma list of task ids to run")
-    parser.add_argument("--configs", default="single", help=f"comma list of {', '.join(CONFIGS)}")
+    parser.add_argument("--configs", default="single",
+                        help=f"comma list of {', '.join(CONFIGS)}, passk (the pass@k samples) or sNiM "
+                             "(the embedded defaults with samples=N, max_iterations=M)")
+    parser.add_argument("--k", type=int, default=8, help="samples per task of the passk config (default: 8)")
     parser.add_argument("--out", default="/tmp/mbpp.jsonl", help="JSON-lines file records are appended to")
-    parser.add_argument("--adapter", choices=("compact", "json"), default="compact",
-                        help="the context adapter (the executor always answers in plain text): "
-                             "compact = loops.adapters.CompactJSONAdapter, json = dspy.JSONAdapter")
+    parser.add_argument("--adapter", choices=("model", "json"), default="model",
+                        help="the context adapter (the executor always answers in plain text): model = the one "
+                             "the LM brings (loops.lm.adapter_for: CompactJSONAdapter for the embedded model), "
+                             "json = dspy.JSONAdapter")
     parser.add_argument("--task-timeout", type=float, default=None,
                         help="wall-clock limit of one task's loop in seconds (default: none)")
     parser.add_argument("--resume", action="store_true", help="skip (config, task) pairs already in --out")
@@ -364,7 +464,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--expected", type=int, default=None, help="with --summarize: tasks in a full run")
     args = parser.parse_args(argv)
     if args.summarize:
-        print_summary(summarize(read_records(args.summarize)), expected=args.expected)
+        records = read_records(args.summarize)
+        print_summary(summarize(records), expected=args.expected)
+        print_curve(records)
         return
     run(args)
 

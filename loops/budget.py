@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 
 from loops.errors import ConfigurationError
@@ -19,7 +20,9 @@ MAX_ITERATIONS_CAP = 1000
 class Budget:
     """What one run may spend before it stops gracefully with its best result.
 
-    `None` means "no limit" for every limit but `max_iterations`, which always has one.
+    `None` means "no limit" for `timeout_s`, `max_lm_calls`, `max_context_chars`, `max_tokens` (input
+    plus output tokens, as the LMs report them) and `max_cost_usd` (LiteLLM's price of each request
+    where it knows the model; the embedded model costs 0); `max_iterations` always has a limit.
     """
 
     max_iterations: int = 3
@@ -27,33 +30,41 @@ class Budget:
     max_lm_calls: int | None = None
     max_context_chars: int | None = 256 * 1024
     context_warning_ratio: float = 0.8
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, int):
-            raise ConfigurationError(f"max_iterations must be an int, got {self.max_iterations!r}")
-        if not 0 <= self.max_iterations <= MAX_ITERATIONS_CAP:
-            raise ConfigurationError(
-                f"max_iterations must be between 0 and {MAX_ITERATIONS_CAP}, got {self.max_iterations}; "
-                "a loop that needs more should be split or given a different stop condition"
-            )
-        _require_positive("timeout_s", self.timeout_s)
-        _require_positive("max_lm_calls", self.max_lm_calls)
-        _require_positive("max_context_chars", self.max_context_chars)
-        if not 0 < self.context_warning_ratio <= 1:
-            raise ConfigurationError(
-                f"context_warning_ratio must be in (0, 1], got {self.context_warning_ratio!r}"
-            )
+        iterations = self.max_iterations
+        _require(self, "max_iterations", f"an int from 0 to {MAX_ITERATIONS_CAP}",
+                 _is_int(iterations) and 0 <= iterations <= MAX_ITERATIONS_CAP,
+                 "a loop that needs more should be split or given a different stop condition"
+                 if _is_int(iterations) and iterations > MAX_ITERATIONS_CAP else "")
+        _require(self, "timeout_s", "a positive, finite number of seconds, or None (no limit)",
+                 self.timeout_s is None or (_is_finite(self.timeout_s) and self.timeout_s > 0))
+        _require(self, "max_cost_usd", "a positive, finite number of US dollars, or None (no limit)",
+                 self.max_cost_usd is None or (_is_finite(self.max_cost_usd) and self.max_cost_usd > 0))
+        for name in ("max_lm_calls", "max_context_chars", "max_tokens"):
+            value = getattr(self, name)
+            _require(self, name, "a positive int, or None (no limit)", value is None or (_is_int(value) and value > 0))
+        ratio = self.context_warning_ratio
+        _require(self, "context_warning_ratio", "a number in (0, 1]", _is_finite(ratio) and 0 < ratio <= 1)
 
     def override(self, **limits: object) -> Budget:
-        """This budget with the given limits replaced; limits passed as `None` are left as they are."""
-        unknown = set(limits) - {field.name for field in dataclasses.fields(self)}
+        """This budget with exactly the given limits replaced.
+
+        `None` means "no limit", as in the constructor: `override(timeout_s=None)` lifts the time
+        limit. `max_iterations` and `context_warning_ratio` cannot be None.
+        """
+        known = [field.name for field in dataclasses.fields(self)]
+        unknown = sorted(set(limits) - set(known))
         if unknown:
+            raise ConfigurationError(f"unknown budget limit(s) {unknown}; known: {known}")
+        if "max_iterations" in limits and limits["max_iterations"] is None:
             raise ConfigurationError(
-                f"unknown budget limit(s) {sorted(unknown)}; known: "
-                f"{[field.name for field in dataclasses.fields(self)]}"
-            )
-        changes = {name: value for name, value in limits.items() if value is not None}
-        return dataclasses.replace(self, **changes) if changes else self
+                f"max_iterations always has a limit; give an int 0..{MAX_ITERATIONS_CAP}, got None")
+        if "context_warning_ratio" in limits and limits["context_warning_ratio"] is None:
+            raise ConfigurationError("context_warning_ratio cannot be None; give a number in (0, 1]")
+        return dataclasses.replace(self, **limits) if limits else self
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,7 @@ class RetryPolicy:
     Transient LM failures (rate limits, time-outs, dropped connections, server errors) are retried
     with exponential backoff; an answer that cannot be parsed is asked again `parse_retries` times
     with a little temperature, since asking a deterministic model the same question gives the same
-    unparseable answer.
+    unparseable answer. `max_backoff_s` may be `math.inf` (no cap; the run's timeout still cuts it).
     """
 
     attempts: int = 3
@@ -73,18 +84,37 @@ class RetryPolicy:
     parse_retry_temperature: float = 0.7
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ConfigurationError(f"RetryPolicy.attempts must be at least 1, got {self.attempts}")
-        if self.parse_retries < 0 or self.backoff_s < 0 or self.max_backoff_s < 0:
-            raise ConfigurationError("RetryPolicy delays and parse_retries must not be negative")
+        _require(self, "attempts", "an int >= 1", _is_int(self.attempts) and self.attempts >= 1)
+        _require(self, "backoff_s", "a finite number of seconds >= 0",
+                 _is_finite(self.backoff_s) and self.backoff_s >= 0)
+        _require(self, "max_backoff_s", "a number of seconds >= 0 (math.inf: no cap)",
+                 _is_number(self.max_backoff_s) and self.max_backoff_s >= 0)
+        _require(self, "parse_retries", "an int >= 0", _is_int(self.parse_retries) and self.parse_retries >= 0)
+        _require(self, "parse_retry_temperature", "a finite number >= 0",
+                 _is_finite(self.parse_retry_temperature) and self.parse_retry_temperature >= 0)
 
     def delay_s(self, failed_attempts: int) -> float:
         """Seconds to wait after the given number of failed attempts."""
-        return min(self.backoff_s * 2 ** (failed_attempts - 1), self.max_backoff_s)
+        # The exponent is clamped so that a policy with thousands of attempts cannot overflow a float.
+        return min(self.backoff_s * 2 ** min(failed_attempts - 1, 64), self.max_backoff_s)
 
 
-def _require_positive(name: str, value: float | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value <= 0:
-        raise ConfigurationError(f"{name} must be a positive number or None (no limit), got {value!r}")
+def _is_int(value: object) -> bool:
+    # bool is an int subclass, but True iterations or attempts is always a mistake.
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _is_finite(value: object) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
+def _require(owner: object, name: str, expected: str, valid: bool, hint: str = "") -> None:
+    if not valid:
+        value = getattr(owner, name)
+        raise ConfigurationError(
+            f"{type(owner).__name__}.{name} must be {expected}, got {value!r:.100} ({type(value).__name__})"
+            + (f"; {hint}" if hint else ""))

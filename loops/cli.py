@@ -1,8 +1,18 @@
-"""The `loops` command: run a loop pattern from the shell with a live view of every role call."""
+"""The `loops` command: run a loop pattern from the shell with a live view of every role call.
+
+Exit codes:
+0  success: the critic approved, the tests pass, the evaluator passed it
+1  the loop ended without success
+2  a usage or configuration error, in one line on stderr (before any LM call where it can be known)
+3  the run failed (stop reason "error")
+"""
 
 from __future__ import annotations
 
+import enum
 import json
+import math
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -15,15 +25,63 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.spinner import Spinner
 from rich.table import Table
+from typer.core import TyperGroup
 
-from loops.adapters import CompactJSONAdapter
 from loops.creator_critic import CreatorCriticIterator
 from loops.director import DirectorExecutorEvaluatorController
+from loops.errors import ConfigurationError
 from loops.execute_validate import ExecuteValidateController
+from loops.runs_cli import app as runs_app
 from loops.runtime import Step, observing
+from loops.validators import ShellValidator
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
+
+
+class _OneLineErrors(TyperGroup):
+    """Reports a usage or configuration error as one line on stderr with exit code 2: the message
+    says what to fix, and a usage box or a traceback would only bury it."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except (typer.TyperException, ConfigurationError) as exc:  # the former: a bad option, a missing argument
+            code = _usage_error(exc.format_message() if isinstance(exc, typer.TyperException) else str(exc))
+        except typer.Abort:
+            typer.echo("aborted", err=True)
+            code = EXIT_NO_SUCCESS
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else EXIT_SUCCESS)
+
+
+def _usage_error(message: str) -> int:
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    return EXIT_USAGE
+
+
+app = typer.Typer(add_completion=False, help=__doc__, cls=_OneLineErrors)
 console = Console()
+
+
+@app.callback(invoke_without_command=True)
+def _help_without_a_command(ctx: typer.Context) -> None:
+    # Instead of no_args_is_help, whose help text would arrive here as an error message.
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+
+
+def _check_timeout(value: float) -> float:
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigurationError(f"--timeout must be a positive number of seconds, got {value:g}")
+    return value
+
+
+class Policy(enum.StrEnum):
+    repair = "repair"
+    fresh = "fresh"
+    auto = "auto"
+
 
 ModelOption = Annotated[
     str, typer.Option("--model", "-m", help="'local' (embedded SmolLM2-135M, offline) or a LiteLLM model string")
@@ -31,7 +89,17 @@ ModelOption = Annotated[
 TraceOption = Annotated[
     Path | None, typer.Option("--trace", help="Write every role call to this JSONL file as it finishes")
 ]
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Wall-clock limit of the whole loop, in seconds")]
+CheckpointOption = Annotated[Path | None, typer.Option(
+    "--checkpoint", help="Record every role call in this SQLite file; with --run-id, resume that run from it")]
+RunIdOption = Annotated[str | None, typer.Option(
+    "--run-id", help="Name of this run in --checkpoint: running again with it resumes without repeating calls")]
+TokenBudgetOption = Annotated[int | None, typer.Option(
+    "--token-budget", min=1, help="Stop once the LMs have reported this many tokens (input plus output)")]
+MaxCostOption = Annotated[float | None, typer.Option(
+    "--max-cost", min=0.0, help="Stop once the LM requests have cost this many US dollars")]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", callback=_check_timeout, help="Wall-clock limit of the whole loop, in seconds")
+]
 
 
 class LiveProgress:
@@ -69,24 +137,25 @@ def _outcome(step: Step) -> str:
     if step.error:
         return f"[red]{step.error[:60]}[/red]"
     outputs = step.outputs or {}
-    if "completed" in outputs:
-        return "[green]approved[/green]" if outputs["completed"] else "needs revision"
+    if "approved" in outputs:
+        return "[green]approved[/green]" if outputs["approved"] else "needs revision"
     return "ok"
 
 
 def _run_with_progress(
-    module: dspy.Module, model: str, trace: Path | None, **inputs: Any
+    module: dspy.Module, model: str | dspy.BaseLM, trace: Path | None, **inputs: Any
 ) -> tuple[dspy.Prediction, float]:
-    """Run `module` on `inputs` with the live display; returns its prediction and the wall time."""
+    """Run `module` on `inputs` with the live display; returns its prediction and the wall time.
+
+    A wrong `--model` or an unwritable `--trace` raises `ConfigurationError` before any LM call.
+    """
     from loops.lm import resolve
 
     lm = resolve(model)
-    # The embedded model only answers in shape with grammar-constrained JSON, which JSONAdapter asks for.
-    adapter = CompactJSONAdapter() if model == "local" else None
     with ExitStack() as stack:
-        trace_file = stack.enter_context(trace.open("w", encoding="utf-8")) if trace else None
+        trace_file = stack.enter_context(_open_trace(trace)) if trace else None
         progress = LiveProgress(trace_file)
-        stack.enter_context(dspy.context(lm=lm, adapter=adapter))
+        stack.enter_context(dspy.context(lm=lm))  # the LM brings the adapter it needs (loops.lm.adapter_for)
         stack.enter_context(observing(progress))
         started = time.monotonic()
         with progress.live:
@@ -95,13 +164,38 @@ def _run_with_progress(
     return result, time.monotonic() - started
 
 
-def _report(result: dspy.Prediction, seconds: float, final_field: str, title: str) -> None:
-    final = getattr(result, final_field)
+def _open_trace(trace: Path) -> IO[str]:
+    try:
+        return trace.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(
+            f"--trace {str(trace)!r} cannot be written ({exc.strerror or exc}); give a path in a writable directory"
+        ) from exc
+
+
+def _run_options(timeout: float, checkpoint: Path | None, run_id: str | None, token_budget: int | None,
+                 max_cost: float | None) -> dict[str, Any]:
+    """The per-call options shared by the loop commands: limits, and where the run is recorded."""
+    if run_id is not None and checkpoint is None:
+        raise ConfigurationError("--run-id needs --checkpoint FILE, the file the run is recorded in")
+    options: dict[str, Any] = {"timeout_s": timeout, "max_tokens": token_budget, "max_cost_usd": max_cost}
+    if checkpoint is not None:
+        options.update(checkpoint=str(checkpoint), run_id=run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}")
+    return options
+
+
+def _report(result: dspy.Prediction, seconds: float, title: str) -> None:
+    """Print the outcome and exit with its code (0 success, 1 no success, 3 the run failed)."""
+    final = result.final
     console.print(Panel(str(getattr(final, "content", final) or ""), title=title, expand=False))
+    cost = "" if result.cost_usd is None else f"   cost: ${result.cost_usd:.4f}"
     console.print(f"stop reason: [bold]{result.stop_reason}[/bold]   iterations: {result.iterations}   "
-                  f"LM calls: {result.lm_calls}   wall time: {seconds:.1f}s")
+                  f"LM calls: {result.lm_calls}   tokens: {result.tokens}{cost}   wall time: {seconds:.1f}s")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
+    if result.stop_reason == "error":
+        raise typer.Exit(EXIT_RUN_FAILED)
+    raise typer.Exit(EXIT_SUCCESS if result.success else EXIT_NO_SUCCESS)
 
 
 @app.command()
@@ -112,12 +206,16 @@ def refine(
     max_iterations: Annotated[int, typer.Option(min=0, max=1000, help="Revisions at most")] = 3,
     timeout: TimeoutOption = 300.0,
     trace: TraceOption = None,
+    checkpoint: CheckpointOption = None,
+    run_id: RunIdOption = None,
+    token_budget: TokenBudgetOption = None,
+    max_cost: MaxCostOption = None,
 ) -> None:
     """Creator–Critic–Iterator: draft, then revise until the critic approves."""
     module = CreatorCriticIterator(max_iterations=max_iterations)
     result, seconds = _run_with_progress(module, model, trace, requirements=requirements, context=context,
-                                         timeout_s=timeout)
-    _report(result, seconds, "final_draft", f"final draft ({'approved' if result.approved else 'not approved'})")
+                                         **_run_options(timeout, checkpoint, run_id, token_budget, max_cost))
+    _report(result, seconds, f"final draft ({'approved' if result.success else 'not approved'})")
 
 
 @app.command()
@@ -130,23 +228,45 @@ def fix(
     ] = None,
     target_file: Annotated[str, typer.Option(help="The file the executor writes")] = "solution.py",
     policy: Annotated[
-        str, typer.Option(help="'repair' (show earlier attempts), 'fresh' (new samples) or 'auto' (both)")
-    ] = "repair",
+        Policy | None, typer.Option(help="'repair' (show earlier attempts), 'fresh' (new samples) or 'auto' (repair "
+                                    "until it repeats itself, then fresh) [default: auto on the embedded model, "
+                                    "else repair]")
+    ] = None,
+    samples: Annotated[int | None, typer.Option(min=1, max=100, help=(
+        "Candidates per iteration, each run through the tests; the best is kept [default: several on the "
+        "embedded model, else 1]"))] = None,
+    analyst: Annotated[bool | None, typer.Option("--analyst/--no-analyst", help=(
+        "Ask the analyst LLM for the next instruction after failing tests [default: not on the embedded "
+        "model, else yes]"))] = None,
     model: ModelOption = "local",
-    max_iterations: Annotated[int, typer.Option(min=0, max=1000, help="Execute-validate cycles at most")] = 4,
+    max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help=(
+        "Execute-validate cycles at most [default: by model, loops.lm.code_loop_defaults]"))] = None,
     timeout: TimeoutOption = 300.0,
     trace: TraceOption = None,
+    checkpoint: CheckpointOption = None,
+    run_id: RunIdOption = None,
+    token_budget: TokenBudgetOption = None,
+    max_cost: MaxCostOption = None,
 ) -> None:
-    """Execute–Validate–Controller: write code, run the tests, repeat until they pass."""
-    module = ExecuteValidateController(max_iterations=max_iterations, workspace=workspace, policy=policy,
+    """Execute–Validate–Controller: write code, run the tests, repeat until they pass.
+
+    Unset options follow the model (loops.lm.code_loop_defaults)."""
+    from loops.lm import code_loop_defaults, resolve
+
+    ShellValidator(workspace=workspace).check(test_command)
+    lm = resolve(model)
+    if max_iterations is None:
+        max_iterations = code_loop_defaults(lm).max_iterations
+    module = ExecuteValidateController(max_iterations=max_iterations, workspace=workspace,
+                                       policy=policy.value if policy else None, samples=samples, analyst=analyst,
                                        target_file=target_file)
     initial_input = {"prompt": task, "files": list(files or []), "target_file": target_file}
-    result, seconds = _run_with_progress(module, model, trace, initial_input=initial_input,
-                                         test_command=test_command, timeout_s=timeout)
-    _report(result, seconds, "final", "tests pass" if result.success else "tests still fail")
+    result, seconds = _run_with_progress(module, lm, trace, initial_input=initial_input,
+                                         test_command=test_command,
+                                         **_run_options(timeout, checkpoint, run_id, token_budget, max_cost))
     if workspace is not None:
         console.print(f"files written to {workspace}")
-    raise typer.Exit(0 if result.success else 1)
+    _report(result, seconds, "tests pass" if result.success else "tests still fail")
 
 
 @app.command()
@@ -156,11 +276,20 @@ def direct(
     max_iterations: Annotated[int, typer.Option(min=0, max=1000, help="Plan-execute-evaluate cycles at most")] = 3,
     timeout: TimeoutOption = 300.0,
     trace: TraceOption = None,
+    checkpoint: CheckpointOption = None,
+    run_id: RunIdOption = None,
+    token_budget: TokenBudgetOption = None,
+    max_cost: MaxCostOption = None,
 ) -> None:
     """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it."""
     module = DirectorExecutorEvaluatorController(max_iterations=max_iterations)
-    result, seconds = _run_with_progress(module, model, trace, initial_input=goal, timeout_s=timeout)
-    _report(result, seconds, "final", "passed" if result.success else "not passed")
+    result, seconds = _run_with_progress(module, model, trace, initial_input=goal,
+                                         **_run_options(timeout, checkpoint, run_id, token_budget, max_cost))
+    _report(result, seconds, "passed" if result.success else "not passed")
+
+
+app.add_typer(runs_app, name="runs", help="The runs a --checkpoint file holds: `loops runs list FILE`, "
+              "`loops runs show FILE RUN_ID`")
 
 
 def main() -> None:

@@ -1,4 +1,15 @@
-"""Creator–Critic–Iterator: refine a draft until a critic approves it."""
+"""Creator–Critic–Iterator: refine a draft until a critic approves it.
+
+Phase contracts (`loops.contracts.CREATOR_CRITIC`)::
+
+    creator(requirements, context, iteration)           -> the draft
+    critic(requirements, draft, iteration)              -> a verdict: bool, (approved, feedback), .approved
+    iterator(requirements, draft, feedback, iteration)  -> the revised draft
+
+Iteration 1 is the creator's draft and its review; each further iteration is a revision and its
+review. Each phase may be the built-in LLM role, any `dspy.Module` or a plain (sync or async)
+callable; a custom phase's value reaches the next phase unchanged.
+"""
 
 from __future__ import annotations
 
@@ -6,62 +17,109 @@ from typing import Any
 
 import dspy
 
+from loops.contracts import CREATOR_CRITIC, verdict_approved, verdict_feedback
+from loops.errors import ConfigurationError
 from loops.module import LoopModule
 from loops.runtime import Program, Run
-from signatures.creator_critic import CreatorSignature, CriticSignature, IteratorSignature
+from loops.signatures.creator_critic import CreatorSignature, CriticSignature, IteratorSignature
 
+CRITERIA = ("accuracy", "completeness", "quality")
 _UNREVIEWED = (-1, 0)  # a draft the critic has not judged ranks below every judged one
 
 
-def verdict_score(verdict: dspy.Prediction) -> tuple[int, int]:
-    """How good the critic found a draft: approval first, then the number of criteria passed."""
-    passed = sum(bool(verdict.get(flag)) for flag in
-                 ("accuracy_completed", "completeness_completed", "quality_completed"))
-    return (1 if verdict.completed else 0, passed)
-
-
 class CreatorCriticIterator(LoopModule):
-    """The creator drafts once; then critic → (iterator → critic) until approved or out of budget.
+    """The creator drafts; then critic → (iterator → critic) until approved or out of iterations.
 
-    `max_iterations` counts revisions: 0 means creator + one critic. The result's `final_draft` is
-    the approved draft, or else the draft the critic judged best (ties: the latest), and
-    `approved` is the critic's verdict on that very draft.
+    `final` (alias `final_draft`) is the approved draft, or else the draft the critic judged best
+    (ties: the latest); `success` (alias `approved`) is the critic's verdict on that very draft. The
+    built-in critic approves only when it says `approved` *and* passes all three criteria; a verdict
+    that contradicts itself counts as not approved and is noted on its trace step.
     """
 
-    result_defaults = {"final_draft": None, "approved": False}
+    contracts = CREATOR_CRITIC
+    aliases = {"final_draft": "final", "approved": "success"}
 
-    def __init__(self, max_iterations: int = 3, **options: Any):
+    def __init__(self, max_iterations: int | None = None, creator: Any = None, critic: Any = None,
+                 iterator: Any = None, **options: Any):
         super().__init__(max_iterations=max_iterations, **options)
-        self.creator = dspy.ChainOfThought(CreatorSignature)
-        self.critic = dspy.Predict(CriticSignature)
-        self.iterator = dspy.Predict(IteratorSignature)
+        self._builtin = frozenset(role for role, phase, builtin in (
+            ("creator", creator, lambda: dspy.ChainOfThought(CreatorSignature)),
+            ("critic", critic, lambda: dspy.Predict(CriticSignature)),
+            ("iterator", iterator, lambda: dspy.Predict(IteratorSignature)),
+        ) if self._plug(role, phase, builtin))
 
-    def forward(self, requirements: str, context: str = "", **limits: Any) -> dspy.Prediction:
+    def forward(self, requirements: Any, context: Any = "", **limits: Any) -> dspy.Prediction:
+        self._check_inputs(requirements, context)
         return self._forward(limits, requirements=requirements, context=context)
 
-    async def aforward(self, requirements: str, context: str = "", **limits: Any) -> dspy.Prediction:
+    async def aforward(self, requirements: Any, context: Any = "", **limits: Any) -> dspy.Prediction:
+        self._check_inputs(requirements, context)
         return await self._aforward(limits, requirements=requirements, context=context)
 
+    def _check_inputs(self, requirements: Any, context: Any) -> None:
+        """The built-in roles read text; custom phases take whatever their caller passes, but not None."""
+        text = bool(self._builtin)
+        if requirements is None or (text and not (isinstance(requirements, str) and requirements.strip())):
+            raise ConfigurationError(f"requirements must be a non-empty str, got {requirements!r:.100}")
+        if context is None or (text and not isinstance(context, str)):
+            raise ConfigurationError(f"context must be a str (it may be empty), got {context!r:.100}")
+
     def _loop(self, run: Run, requirements: str, context: str) -> Program:
-        created = yield from run.call("creator", requirements=requirements, context=context)
-        draft = created.draft
-        run.keep(_UNREVIEWED, final_draft=draft, approved=False)
-        verdict = yield from run.call("critic", requirements=requirements, current_draft=draft)
-        run.keep(verdict_score(verdict), final_draft=draft, approved=bool(verdict.completed))
-        while not verdict.completed:
+        if not run.next_iteration():
+            return run.finish("max_iterations")
+        draft = yield from self._create(run, requirements, context)
+        while True:
+            run.keep(_UNREVIEWED, final=draft, success=False,
+                     best_attempt={"iteration": run.iteration, "draft": draft, "verdict": None})
+            verdict = yield from self._review(run, requirements, draft)
+            approved = verdict_approved(verdict)
+            run.keep(_score(verdict, approved), final=draft, success=approved,
+                     best_attempt={"iteration": run.iteration, "draft": draft, "verdict": verdict})
+            if approved:
+                return run.finish("approved", final=draft, success=True)
             if not run.next_iteration():
                 return run.finish("max_iterations")
-            revised = yield from run.call(
-                "iterator",
-                requirements=requirements,
-                current_draft=draft,
-                critic_feedback=verdict.feedback,
-                accuracy_issue=not verdict.accuracy_completed,
-                completeness_issue=not verdict.completeness_completed,
-                quality_issue=not verdict.quality_completed,
-            )
-            draft = revised.improved_draft
-            run.keep(_UNREVIEWED, final_draft=draft, approved=False)
-            verdict = yield from run.call("critic", requirements=requirements, current_draft=draft)
-            run.keep(verdict_score(verdict), final_draft=draft, approved=bool(verdict.completed))
-        return run.finish("approved")
+            draft = yield from self._revise(run, requirements, draft, verdict)
+
+    def _create(self, run: Run, requirements: str, context: str) -> Program:
+        if "creator" in self._builtin:
+            return (yield from run.call("creator", requirements=requirements, context=context)).draft
+        return (yield from run.call_phase("creator", requirements=requirements, context=context,
+                                          iteration=run.iteration))
+
+    def _review(self, run: Run, requirements: str, draft: Any) -> Program:
+        if "critic" not in self._builtin:
+            return (yield from run.call_phase("critic", requirements=requirements, draft=draft,
+                                              iteration=run.iteration))
+        verdict = yield from run.call("critic", requirements=requirements, draft=str(draft))
+        failed = [name for name in CRITERIA if not verdict.get(f"{name}_passed")]
+        if verdict.approved and failed:
+            run.note(f"the critic approved but failed {', '.join(failed)}: not approved")
+            run.warn(f"iteration {run.iteration}: the critic's verdict contradicts itself "
+                     f"(approved, but {', '.join(failed)} failed); treated as not approved")
+            verdict = dspy.Prediction(**{**verdict, "approved": False})
+        return verdict
+
+    def _revise(self, run: Run, requirements: str, draft: Any, verdict: Any) -> Program:
+        if "iterator" not in self._builtin:
+            return (yield from run.call_phase("iterator", requirements=requirements, draft=draft, feedback=verdict,
+                                              iteration=run.iteration))
+        revised = yield from run.call("iterator", requirements=requirements, draft=str(draft),
+                                      feedback=_feedback_for_iterator(verdict))
+        return revised.improved_draft
+
+
+def _score(verdict: Any, approved: bool) -> tuple[int, int]:
+    """How good the critic found a draft: approval first, then the number of criteria passed."""
+    return (int(approved), sum(bool(_criterion(verdict, name)) for name in CRITERIA))
+
+
+def _criterion(verdict: Any, name: str) -> Any:
+    return verdict.get(f"{name}_passed") if isinstance(verdict, dspy.Prediction | dict) else None
+
+
+def _feedback_for_iterator(verdict: Any) -> str:
+    failed = [name for name in CRITERIA if _criterion(verdict, name) is False]
+    feedback = verdict_feedback(verdict)
+    return f"Failed criteria: {', '.join(failed)}.\n{feedback}" if failed else feedback
+

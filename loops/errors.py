@@ -3,17 +3,20 @@
 ::
 
     LoopsError
-    ├── ConfigurationError (ValueError)      a developer's misuse, raised before anything runs
-    │   ├── MissingDependencyError (ImportError)   an optional extra is not installed
-    │   └── CommandNotFoundError (FileNotFoundError) a validator's executable does not exist
+    ├── ConfigurationError (ValueError)      a developer's mistake: raised before any LM call where it
+    │   │                                    can be known, otherwise at the call that reveals it
+    │   ├── MissingDependencyError (ImportError)     an optional extra is not installed
+    │   ├── CommandNotFoundError (FileNotFoundError) a validator's executable does not exist
+    │   ├── ContractError (TypeError)        a phase does not fit its contract (arity, what it returns)
+    │   └── DecisionError                    a controller returned something that is not a decision
     └── RunError (RuntimeError)              a failure during a run
         ├── LimitReached                     a budget limit was hit (raised only with strict=True)
-        ├── RoleFailed                       a role or phase failed for good; the cause is chained
-        └── DecisionError (ValueError)       a controller returned something that is not a decision
+        └── RoleFailed                       a role or phase failed for good; the cause is chained
 
-A loop never loses its work to a `RunError`: by default it ends gracefully with the best result so
-far, a `stop_reason` and `warnings`, and attaches the error to the prediction. `strict=True` raises
-instead, with the partial prediction on the exception's `prediction` attribute.
+A developer's mistake always raises. A failure during a run never loses the work: by default the
+loop ends gracefully with the best result so far, a `stop_reason` and `warnings`, and the error on
+the prediction; `strict=True` raises the `RunError` instead, with that prediction on its
+`prediction` attribute. Anything else (a bug in a pattern's own control flow) propagates as itself.
 """
 
 from __future__ import annotations
@@ -37,6 +40,15 @@ class CommandNotFoundError(ConfigurationError, FileNotFoundError):
     """A validator was given a command whose executable cannot be found."""
 
 
+class ContractError(ConfigurationError, TypeError):
+    """A pluggable phase does not fit its role's contract: it takes the wrong arguments or returned
+    something the next built-in phase cannot use. The message gives the contract."""
+
+
+class DecisionError(ConfigurationError):
+    """A controller returned a value that is not a continue/stop decision."""
+
+
 class RunError(LoopsError, RuntimeError):
     """A loop run failed. `prediction` holds what the run produced before the failure, if any."""
 
@@ -57,7 +69,3 @@ class RoleFailed(RunError):
     def __init__(self, role: str, message: str):
         super().__init__(message)
         self.role = role
-
-
-class DecisionError(RunError, ValueError):
-    """A controller returned a value that is not a continue/stop decision."""

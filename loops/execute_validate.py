@@ -12,252 +12,203 @@ callable (sync or async), which gets the contract's arguments positionally.
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import re
+import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Literal
 
 import dspy
 
 from loops.adapters import PlainTextAdapter
+from loops.contracts import EXECUTE_VALIDATE, as_validation, decision, files_of, passed
 from loops.errors import ConfigurationError, RoleFailed
 from loops.module import LoopModule
-from loops.runtime import Program, Run
+
+# The Python helpers live in loops.python_code; re-exported here until the lead removes these names.
+from loops.python_code import (  # noqa: F401
+    align_names,
+    defined_functions,
+    extract_code,
+    failure_digest,
+    names_the_tests_miss,
+    read_interface,
+)
+from loops.runtime import Program, Run, predictor_of
+from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
+from loops.signatures.results import (
+    CodeRequest,
+    ControllerDecision,
+    StructuredAnalysisResult,
+    TaskResult,
+    ValidationResult,
+)
 from loops.validators import ShellValidator, Workspace
-from signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
-from signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
 
 Policy = Literal["repair", "fresh", "auto"]
+POLICIES = ("repair", "fresh", "auto")
 FRESH_TEMPERATURE = 0.7
 PLAIN_TEXT = PlainTextAdapter()
-_DIGEST_CHARS = 800
 _OUTPUT_TAIL_CHARS = 1500
 ANALYST_MAX_TOKENS = 256  # an analysis and one instruction; a rambling model otherwise fills 512
 
 
-# --- turning a model's answer into code, and a test run into an instruction ----------------------
-
-
-def extract_code(text: str) -> str:
-    """The code in an answer: inside the first fence if there is one, without leading prose, cut back
-    to the longest prefix that parses (small models trail off mid-repetition), and without the
-    example usage that would run on import."""
-    fence = re.search(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", text, re.S)
-    lines = (fence.group(1) if fence else text).splitlines()
-    code_line = re.compile(r"\s*(def |class |import |from |@|async def |[A-Za-z_][\w.]*\s*=)")
-    start = next((n for n, line in enumerate(lines) if code_line.match(line)), 0)
-    lines = lines[start:]
-    if not _parses(lines):
-        # Try the prefixes ending before each top-level statement, longest first.
-        cuts = [n for n, line in enumerate(lines) if n and line[:1].strip() and not line.startswith(("#", ")"))]
-        lines = next((lines[:cut] for cut in reversed(cuts) if _parses(lines[:cut])), lines)
-    return _without_examples("\n".join(lines)).strip() + "\n"
-
-
-def _without_examples(code: str) -> str:
-    """Drop top-level calls, asserts and `if __name__ == "__main__":` blocks.
-
-    Small models end a file with `print(f(5))  # Example usage`, which runs when the tests import
-    the file and, with a wrong call, hides a right function behind an import-time error.
-    """
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return code
-    dropped: set[int] = set()
-    for node in tree.body:
-        docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-        main_guard = isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
-        if (isinstance(node, ast.Expr) and not docstring) or isinstance(node, ast.Assert) or main_guard:
-            dropped.update(range(node.lineno - 1, node.end_lineno))
-    return "\n".join(line for number, line in enumerate(code.splitlines()) if number not in dropped)
-
-
-def _parses(lines: list[str]) -> bool:
-    try:
-        ast.parse("\n".join(lines))
-    except SyntaxError:
-        return False
-    return True
-
-
-def defined_functions(code: str) -> list[str]:
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return []
-    return [node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
-
-
-def names_the_tests_miss(validation: ValidationResult, code: str) -> list[str]:
-    """Names the tests use (a NameError, a failed import) that the code never mentions."""
-    output = f"{validation.stdout}\n{validation.stderr}"
-    found = re.findall(r"NameError: name '(\w+)' is not defined|cannot import name '(\w+)'", output)
-    names = dict.fromkeys(name for pair in found for name in pair if name)
-    return [name for name in names if not re.search(rf"\b{re.escape(name)}\b", code)]
-
-
-def align_names(code: str, names: list[str]) -> tuple[str, list[str]]:
-    """Alias the file's one function to the names the tests call but the file does not define.
-
-    A small model often writes the right function under its own name (tests call `Split`, it writes
-    `odd_list`) and repeats that name however it is told. Returns the code and the aliases added.
-    """
-    defined = defined_functions(code)
-    missing = [name for name in names if name not in defined]
-    spare = [function for function in defined if function not in names]
-    if not missing or len(spare) != 1:
-        return code, []
-    aliases = [f"{name} = {spare[0]}" for name in missing]
-    return code.rstrip("\n") + "\n\n" + "\n".join(aliases) + "\n", aliases
-
-
-def failure_digest(validation: ValidationResult, code: str = "") -> str:
-    """A short, actionable account of why the validation failed, for the executor's next attempt."""
-    if validation.ok:
-        return ""
-    output = f"{validation.stdout}\n{validation.stderr}"
-    notes: list[str] = []
-    if validation.timed_out:
-        notes.append(f"The tests timed out ({validation.error}): look for an endless loop or recursion.")
-    try:
-        ast.parse(code)
-    except SyntaxError as error:
-        notes.append(f"Your code does not parse: {error.msg} at line {error.lineno}. Output only Python code.")
-    defined = defined_functions(code)
-    missed = names_the_tests_miss(validation, code)
-    for name in missed:
-        have = ", ".join(f"`{function}`" for function in defined) or "no function"
-        notes.append(f"The tests call `{name}` but your file defines {have}: name the function `{name}`.")
-    for name in dict.fromkeys(re.findall(r"NameError: name '(\w+)' is not defined", output)):
-        if name not in missed:
-            notes.append(f"NameError: your code uses `{name}` without defining or importing it.")
-    if "RecursionError" in output:
-        notes.append("RecursionError: your function calls itself without end; do not call it recursively.")
-    for kind in ("TypeError", "AttributeError", "IndexError", "KeyError", "ValueError", "ModuleNotFoundError"):
-        match = re.search(rf"^E?\s*({kind}: .*)$", output, re.M)
-        if match:
-            notes.append(f"{match.group(1).strip()}.")
-    failing = list(dict.fromkeys(re.findall(r"^>\s+(assert .*)$", output, re.M)))[:3]
-    notes.extend(f"This test fails: {assertion.strip()}" for assertion in failing)
-    if not notes:
-        tail = [line for line in output.splitlines() if line.strip()][-5:]
-        notes.append(f"The tests failed (exit code {validation.exit_code}):\n" + "\n".join(tail))
-    return "\n".join(notes)[:_DIGEST_CHARS]
-
-
-# --- the structured input of an iteration ---------------------------------------------------------
-
-
-def _as_request(current_input: Any) -> dict[str, Any]:
-    """The built-in executor's view of an input: a prompt, optional feedback, context files."""
-    if isinstance(current_input, str):
-        return {"prompt": current_input}
-    if isinstance(current_input, dict) and isinstance(current_input.get("prompt"), str):
-        return current_input
-    raise ConfigurationError(
-        f"the built-in executor needs a str or a dict with a 'prompt' str, got {current_input!r:.200}; "
-        "pass your own executor for other inputs"
-    )
-
-
-def _as_task_result(value: Any) -> TaskResult:
-    if isinstance(value, TaskResult):
-        return value
-    if isinstance(value, dict) and "status" in value:
-        return TaskResult.model_validate(value)
-    return TaskResult(status="COMPLETE", content=value)
-
-
-def _as_validation(value: Any) -> ValidationResult:
-    if isinstance(value, ValidationResult):
-        return value
-    if isinstance(value, dict):
-        return ValidationResult.model_validate(value)
-    raise ConfigurationError(f"a validator must return a ValidationResult or a dict, got {value!r:.200}")
-
-
-def attempt_score(validation: ValidationResult) -> tuple[int, int, int]:
+def attempt_score(validation: Any) -> tuple[int, int, int]:
     """How good an attempt was: passing first, then tests passed, then fewer tests failed."""
+    if not isinstance(validation, ValidationResult):
+        return (int(passed(validation)), 0, 0)
     return (int(validation.ok), validation.passed or 0, -(validation.failed or 0))
 
 
 def tests_controller(executor_result: TaskResult, validation_result: ValidationResult,
                      current_input: Any, iteration: int) -> ControllerDecision:
-    """A controller without an LLM: stop when the tests pass, else retry with the failure digest."""
+    """A controller without an LLM: stop when the tests pass, else retry with the failure digest.
+
+    Like any controller it gets the executor's and the validator's values unchanged, so it reads a
+    custom executor's value (a str of code, say) and a custom validator's bool or exit code too.
+    The next input is a `CodeRequest` (the built-in executor's input)."""
+    validation_result = as_validation(validation_result)
     if validation_result.ok:
         return ControllerDecision.stop(executor_result)
-    code = executor_result.content if isinstance(executor_result.content, str) else ""
+    code = _code_of(executor_result)
     digest = failure_digest(validation_result, code)
     return ControllerDecision.proceed(_next_request(current_input, validation_result, code, digest))
 
 
+def _code_of(result: Any) -> str:
+    content = result.content if isinstance(result, TaskResult) else result
+    return content if isinstance(content, str) else ""
+
+
 def _next_request(current_input: Any, validation: ValidationResult, code: str, digest: str,
-                  advice: str = "") -> dict[str, Any]:
+                  advice: str = "") -> CodeRequest:
     """The next iteration's input: the same task, what failed (and any advice), the names the tests need."""
-    request = _as_request(current_input)
-    expected = list(dict.fromkeys([*request.get("expected_names", []), *names_the_tests_miss(validation, code)]))
     feedback = f"{digest}\n{advice}" if advice and advice != digest else digest
-    return {**request, "feedback": feedback, "expected_names": expected}
+    return CodeRequest.of(current_input).retry(feedback, names_the_tests_miss(validation, code))
 
 
 class ExecuteValidateController(LoopModule):
     """Execute a task, validate the result by running a test command, and let a controller decide.
 
     The built-in executor is an LLM that writes `target_file` into the run's workspace (a fresh
-    temporary directory per run unless `workspace` is given); the built-in validator runs the test
-    command there; the built-in controller stops when the tests pass and otherwise asks the analyst
-    LLM for the next instruction, falling back to the failure digest if the analyst fails.
+    temporary directory per run unless `workspace` is given). Before its first attempt the loop reads
+    the workspace's tests (`test_*.py`, `*_test.py`, the files the test command names) for the names
+    they import and call, and tells the executor (`read_interface`). The built-in validator runs the
+    test command there (its timeout capped to the run's time left); the built-in controller stops
+    when the tests pass and otherwise passes the failure digest on, with the analyst LLM's instruction
+    when `analyst` is on. Only the LLM roles that may run are built: a custom controller, or
+    `analyst=False`, means no `analyst`.
 
     `policy="repair"` shows the executor its earlier attempts; `policy="fresh"` forgets them and
     samples a new attempt at some temperature, guided only by the digest of what failed;
     `policy="auto"` repairs until the executor repeats an earlier attempt word for word, then
-    samples a fresh one.
-    The built-in executor answers in plain text (`executor_adapter=PlainTextAdapter()`), from which
-    the code is extracted; pass `executor_adapter=None` to use the context's adapter instead.
+    samples a fresh one. `samples=n` draws n candidates per iteration: the policy's attempt and n-1
+    distinct rollouts at temperature 0.7, each its own chain (role `executor.k`, with its own
+    history); each new candidate is written and validated in turn, the iteration stops at the first
+    that passes and goes on with the best. An iteration whose candidates were all tried before ends
+    the run with `stop_reason="no_progress"` (under `auto`, only once fresh samples repeat too).
 
-    Returns `final` (the controller's stop value, or the last executor result), `success` (the last
-    validation passed), `best_attempt` (iteration, result and validation of the best attempt),
-    `iterations`, `stop_reason` (`stopped` when the controller stopped), `warnings`, `trace`.
+    Left unset, `policy`, `samples` and `analyst` follow the model that runs
+    (`loops.lm.code_loop_defaults`, decided at call time from the executor's or the analyst's own LM,
+    else the context's): for the embedded model `auto`, several samples and no analyst (it misreads
+    test output; the tests' digest serves it better); for any other model `repair`, one sample and
+    the analyst.
+
+    The built-in executor's input is a str (the prompt) or a dict with a `prompt` str and optional
+    `files`, `target_file`, `expected_names`, `feedback` (see `CodeRequest`); it answers in plain
+    text (`executor_adapter=PlainTextAdapter()`), from which the code is extracted; pass
+    `executor_adapter=None` to use the context's adapter instead.
+
+    `final` is the controller's stop value, or the best attempt of the last iteration; `success`
+    whether its validation passed; `best_attempt` the iteration, result and validation of the best
+    attempt.
     """
 
-    result_defaults = {"final": None, "success": False, "best_attempt": None}
+    contracts = EXECUTE_VALIDATE
 
     def __init__(
         self,
-        max_iterations: int = 3,
-        executor: Callable[..., Any] | dspy.Module | None = None,
-        validator: Callable[..., Any] | dspy.Module | None = None,
-        controller: Callable[..., Any] | dspy.Module | None = None,
+        max_iterations: int | None = None,
+        executor: Any = None,
+        validator: Any = None,
+        controller: Any = None,
         *,
         workspace: str | Path | Workspace | None = None,
         target_file: str = "solution.py",
-        policy: Policy = "repair",
+        policy: Policy | None = None,
+        samples: int | None = None,
+        analyst: bool | None = None,
         validator_timeout_s: float = 60.0,
         executor_adapter: dspy.Adapter | None = PLAIN_TEXT,
         **options: Any,
     ):
         super().__init__(max_iterations=max_iterations, **options)
-        if policy not in ("repair", "fresh", "auto"):
-            raise ConfigurationError(f"policy must be 'repair', 'fresh' or 'auto', got {policy!r}")
+        if policy is not None and policy not in POLICIES:
+            raise ConfigurationError(f"policy must be 'repair', 'fresh', 'auto' or None (by model), got {policy!r}")
+        if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int) or samples < 1):
+            raise ConfigurationError(f"samples must be an int >= 1 or None (by model), got {samples!r}")
+        if analyst not in (None, True, False):
+            raise ConfigurationError(f"analyst must be True, False or None (by model), got {analyst!r}")
+        if analyst and controller is not None:
+            raise ConfigurationError("analyst=True is the built-in controller's option; a custom controller "
+                                     "was given, so no analyst would run: drop one of them")
+        if not isinstance(target_file, str) or not target_file.strip():
+            raise ConfigurationError(f"target_file must be a relative path, got {target_file!r}")
         self.policy = policy
+        self.samples = samples
+        self.analyst_choice = analyst
         self.target_file = target_file
         self.workspace = workspace
         self.validator_timeout_s = validator_timeout_s
         self.executor_adapter = executor_adapter
-        self.executor = executor if executor is not None else dspy.Predict(ExecutorSignature)
+        self._shell = ShellValidator(timeout_s=validator_timeout_s)  # checks commands; runs in each run's workspace
+        self._builtin_executor = self._plug("executor", executor, lambda: dspy.Predict(ExecutorSignature))
+        self._builtin_controller = controller is None
+        self._has_analyst = False
+        if controller is not None:
+            self._plug("controller", controller, lambda: dspy.Predict(IterationAnalystSignature))
+        elif analyst is not False:
+            self._has_analyst = self._plug("analyst", None, lambda: dspy.Predict(IterationAnalystSignature))
+        if validator is not None:
+            self.contracts["validator"].check(validator)
         self.validator = validator
-        self.controller = controller
-        self.analyst = dspy.Predict(IterationAnalystSignature)
-        self._builtin_executor = executor is None
 
     def forward(self, initial_input: Any, test_command: str, **limits: Any) -> dspy.Prediction:
+        self._check_inputs(initial_input, test_command)
         return self._forward(limits, initial_input=initial_input, test_command=test_command)
 
     async def aforward(self, initial_input: Any, test_command: str, **limits: Any) -> dspy.Prediction:
+        self._check_inputs(initial_input, test_command)
         return await self._aforward(limits, initial_input=initial_input, test_command=test_command)
+
+    def settings(self) -> dict[str, Any]:
+        """The policy, samples per iteration and analyst use a run started now would have: the
+        explicit choices, else `loops.lm.code_loop_defaults` of the model each role runs on."""
+        from loops.lm import code_loop_defaults  # the one rule for what each kind of model is given
+
+        defaults = code_loop_defaults(self._lm_of("executor"))
+        analyst = self._has_analyst and (self.analyst_choice if self.analyst_choice is not None
+                                         else code_loop_defaults(self._lm_of("analyst")).analyst)
+        return {"policy": self.policy or defaults.policy, "samples": self.samples or defaults.samples,
+                "analyst": analyst}
+
+    def _lm_of(self, role: str) -> Any:
+        predictor, _ = predictor_of(getattr(self, role, None))
+        return predictor.lm if predictor is not None and predictor.lm is not None else dspy.settings.lm
+
+    def _check_inputs(self, initial_input: Any, test_command: Any) -> None:
+        """A developer's mistake raises here, before any LM call: a missing input, an executable that
+        does not exist, a target file outside the workspace."""
+        if initial_input is None:
+            raise ConfigurationError("initial_input is None: give the task (a str, or a dict with a 'prompt' str)")
+        if self._builtin_executor:
+            target = CodeRequest.of(initial_input).target_file or self.target_file
+            if isinstance(self.workspace, Workspace):
+                self.workspace.resolve(target)
+            elif PurePath(target).is_absolute() or os.path.normpath(target).startswith(".."):
+                raise ConfigurationError(f"target file {target!r} is outside the workspace: give a path inside it")
+        if self.validator is None:
+            self._shell.check(test_command)
 
     @contextlib.contextmanager
     def _run_workspace(self) -> Iterator[Workspace]:
@@ -267,72 +218,123 @@ class ExecuteValidateController(LoopModule):
         with Workspace(self.workspace) as workspace:
             yield workspace
 
+    def _first_request(self, workspace: Workspace, initial_input: Any, test_command: str) -> CodeRequest:
+        """The first request, with the interface the workspace's tests expect of the target file."""
+        request = CodeRequest.of(initial_input)
+        target = request.target_file or self.target_file
+        interface = read_interface(workspace.path, test_command, target)
+        if not interface:
+            return request
+        names = tuple(dict.fromkeys([*request.expected_names, *interface.names]))
+        return request.model_copy(update={"interface": request.interface or interface.describe(target),
+                                          "expected_names": names})
+
     def _loop(self, run: Run, initial_input: Any, test_command: str) -> Program:
+        settings = self.settings()
+        policy, samples = settings["policy"], settings["samples"] if self._builtin_executor else 1
         with self._run_workspace() as workspace:
-            validator = self.validator or ShellValidator(workspace=workspace, timeout_s=self.validator_timeout_s)
-            current = initial_input
-            codes: list[Any] = []
+            validator = self.validator or self._builtin_validator(run, workspace)
+            current = self._first_request(workspace, initial_input, test_command) if self._builtin_executor \
+                else initial_input
+            tried: dict[str, Any] = {}  # the built-in executor's codes already validated, and their validation
+            repeated = [False] * samples  # per chain: its last candidate repeated an earlier one
             while run.next_iteration():
                 iteration = run.iteration
-                result = yield from self._execute(run, workspace, current, iteration, self._fresh_attempt(codes))
-                codes.append(result.content)
-                workspace.write(result.files)
-                validation = _as_validation((yield from run.call_phase(
-                    "validator", validator, test_command=test_command, iteration=iteration)))
-                run.keep(attempt_score(validation),
-                         best_attempt={"iteration": iteration, "result": result, "validation": validation})
-                run.update(final=result, success=validation.ok)
-                decision = yield from self._decide(run, result, validation, current, test_command, iteration)
-                if decision.should_stop:
-                    return run.finish("stopped", final=decision.value)
-                current = decision.value
+                fresh = [iteration > 1 and (policy == "fresh" or (policy == "auto" and again)) for again in repeated]
+                best: tuple[Any, Any, Any] | None = None  # (score, result, validation)
+                written = None
+                for chain in range(samples):
+                    result = yield from self._execute(run, workspace, current, iteration, chain, samples,
+                                                      fresh[chain])
+                    code = _code_of(result) if self._builtin_executor else None
+                    repeated[chain] = code is not None and code in tried
+                    if repeated[chain]:
+                        validation = tried[code]
+                        run.note("this code was tried before: not validated again")
+                    else:
+                        workspace.write(files_of(result, required=self.validator is None))
+                        written = result
+                        # Kept before it is validated: a validator that fails must not lose the attempt.
+                        run.keep((-1, 0, 0), best_attempt={"iteration": iteration, "result": result,
+                                                           "validation": None})
+                        run.update(final=result, success=False)
+                        validation = yield from run.call_phase("validator", validator, test_command=test_command,
+                                                               iteration=iteration)
+                        if code is not None:
+                            tried[code] = validation
+                        run.keep(attempt_score(validation),
+                                 best_attempt={"iteration": iteration, "result": result, "validation": validation})
+                    if best is None or attempt_score(validation) > best[0]:
+                        best = (attempt_score(validation), result, validation)
+                    if passed(validation):
+                        break
+                _, result, validation = best
+                if written is not None and result is not written:
+                    workspace.write(files_of(result, required=self.validator is None))  # the files of the best
+                run.update(final=result, success=passed(validation))
+                if self._builtin_executor and all(repeated[:chain + 1]) and not passed(validation) and all(
+                        policy != "auto" or fresh[number] for number in range(chain + 1)):
+                    run.warn(f"iteration {iteration}: every candidate repeated code already tried, and the next "
+                             "would be drawn the same way")
+                    return run.finish("no_progress")
+                verdict = yield from self._decide(run, result, validation, current, test_command, iteration,
+                                                  settings["analyst"])
+                if verdict.should_stop:
+                    return run.finish("stopped", final=verdict.value)
+                current = verdict.value
             return run.finish("max_iterations")
 
-    def _fresh_attempt(self, codes: list[Any]) -> bool:
-        """Whether the next attempt starts over rather than repairing the last one."""
-        if not codes or self.policy == "repair":
-            return False
-        return self.policy == "fresh" or codes[-1] in codes[:-1]
+    def _builtin_validator(self, run: Run, workspace: Workspace) -> Callable[[str, int], ValidationResult]:
+        shell = ShellValidator(workspace=workspace, timeout_s=self.validator_timeout_s)
 
-    def _execute(self, run: Run, workspace: Workspace, current: Any, iteration: int, fresh: bool) -> Program:
+        def validator(test_command: str, iteration: int) -> ValidationResult:
+            left = run.time_left()
+            return shell.run(test_command, timeout_s=None if left is None else max(left, 0.1))
+
+        return validator
+
+    def _execute(self, run: Run, workspace: Workspace, current: Any, iteration: int, chain: int, samples: int,
+                 fresh: bool) -> Program:
         if not self._builtin_executor:
-            value = yield from run.call_phase("executor", current_input=current, iteration=iteration)
-            return _as_task_result(value)
-        request = _as_request(current)
+            return (yield from run.call_phase("executor", current_input=current, iteration=iteration))
+        request = CodeRequest.of(current)
+        role = "executor" if chain == 0 else f"executor.{chain + 1}"
         config = None
         if fresh:
-            run.forget("executor")
-            config = {"temperature": FRESH_TEMPERATURE, "rollout_id": iteration}
-        task = request["prompt"]
-        if request.get("feedback"):
-            task += f"\n\nYour previous attempt failed:\n{request['feedback']}"
-        target = request.get("target_file", self.target_file)
-        context = workspace.read(request.get("files", []))
+            run.forget(role)
+        if fresh or chain:  # a distinct rollout: another request would get the same answer
+            config = {"temperature": FRESH_TEMPERATURE, "rollout_id": (iteration - 1) * samples + chain + 1}
+        target = request.target_file or self.target_file
+        context = workspace.read(list(request.files))
         prediction = yield from run.call(
-            "executor",
+            role,
             config=config,
             adapter=self.executor_adapter,
-            task=task,
+            predictor=self.executor,
+            task=request.task(),
             target_file=target,
             file_context="\n\n".join(f"# {path}\n{text}" for path, text in context.items()),
         )
-        code, aliases = align_names(extract_code(prediction.code or ""), request.get("expected_names", []))
+        code, aliases = align_names(extract_code(prediction.code or ""), request.expected_names)
         status = "COMPLETE" if code.strip() else "FAILED"
         notes = {"notes": prediction.notes, **({"aliases": aliases} if aliases else {})}
         return TaskResult(status=status, content=code, files={target: code}, notes=notes)
 
-    def _decide(self, run: Run, result: TaskResult, validation: ValidationResult, current: Any,
-                test_command: str, iteration: int) -> Program:
-        if self.controller is not None:
+    def _decide(self, run: Run, result: Any, validation: Any, current: Any, test_command: str,
+                iteration: int, ask_analyst: bool) -> Program:
+        if not self._builtin_controller:
             raw = yield from run.call_phase("controller", executor_result=result, validation_result=validation,
                                             current_input=current, iteration=iteration)
-            return ControllerDecision.coerce(raw)
+            return decision(raw)
+        validation = as_validation(validation)
         if validation.ok:  # the tests' verdict outranks any opinion
             return ControllerDecision.stop(result)
-        code = result.content if isinstance(result.content, str) else str(result.content)
+        code = result.content if isinstance(result, TaskResult) else result
+        code = code if isinstance(code, str) else str(code)
         digest = failure_digest(validation, code)
         advice = ""
-        if run.iteration < run.budget.max_iterations:  # after the last attempt an analysis would go unread
+        # After the last attempt an analysis would go unread.
+        if ask_analyst and run.iteration < run.budget.max_iterations:
             advice = yield from self._analyse(run, current, code, validation, digest, test_command, iteration)
         return ControllerDecision.proceed(_next_request(current, validation, code, digest, advice))
 
@@ -343,7 +345,7 @@ class ExecuteValidateController(LoopModule):
             answer = yield from run.call(
                 "analyst",
                 config={"max_tokens": ANALYST_MAX_TOKENS},
-                goal=_as_request(current)["prompt"],
+                goal=CodeRequest.of(current).prompt,
                 code=code,
                 test_command=test_command,
                 exit_code=validation.exit_code,

@@ -16,6 +16,8 @@ import importlib.util
 import os
 import pathlib
 import threading
+import time
+from dataclasses import dataclass
 
 # Before DSPy is imported: LiteLLM's price map is read from the installed package, not fetched.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -23,7 +25,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import dspy
 from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, Usage, response_to_events
 
+from loops.adapters import CompactJSONAdapter
 from loops.errors import ConfigurationError, MissingDependencyError
+from loops.runtime import DeadlinePassed, deadline
 
 MODEL = "local/smollm2-135m-instruct"
 CONTEXT_TOKENS = 8192  # SmolLM2's trained context: room for multi-turn loop histories
@@ -109,6 +113,36 @@ def _generation_options(request: Request) -> dict:
     return options
 
 
+def _generate(llama, request: Request) -> tuple[str, str | None, Usage]:
+    completion = llama.create_chat_completion(messages=_chat_messages(request), **_generation_options(request))
+    choice, usage = completion["choices"][0], completion["usage"]
+    return (choice["message"]["content"] or "", choice.get("finish_reason"),
+            Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]))
+
+
+def _generate_until(llama, request: Request, until: float) -> tuple[str, str | None, Usage]:
+    """`_generate`, token by token, checking the run's deadline between tokens: llama.cpp's chat API
+    takes no stopping criteria, but closing its stream ends the generation in flight."""
+    chunks = llama.create_chat_completion(messages=_chat_messages(request), stream=True,
+                                          **_generation_options(request))
+    parts: list[str] = []
+    finish = None
+    try:
+        for chunk in chunks:
+            choice = chunk["choices"][0]
+            parts.append(choice["delta"].get("content") or "")
+            finish = choice.get("finish_reason") or finish
+            if finish is None and time.monotonic() >= until:
+                raise DeadlinePassed("the embedded model's generation was cut off at the run's deadline")
+    finally:
+        chunks.close()
+    text = "".join(parts)
+    # A stream reports no usage: the context holds the prompt and what was generated.
+    completion_tokens = len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) if text else 0
+    prompt_tokens = max(0, llama.n_tokens - completion_tokens)
+    return text, finish, Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
+
+
 class LlamaEngine:
     """A DSPy engine over a llama.cpp model; `llama` defaults to the process's shared SmolLM2."""
 
@@ -123,22 +157,25 @@ class LlamaEngine:
 
     def complete(self, request: Request) -> Response:
         llama = self._llama if self._llama is not None else _shared_model()
+        until = deadline()
         with _generation_lock:
+            if until is not None and time.monotonic() >= until:
+                raise DeadlinePassed("the run's time was up before the embedded model started")
             try:
-                completion = llama.create_chat_completion(
-                    messages=_chat_messages(request), **_generation_options(request)
-                )
+                if until is None:
+                    text, finish, usage = _generate(llama, request)
+                else:
+                    text, finish, usage = _generate_until(llama, request, until)
             except ValueError as exc:
                 if "context window" not in str(exc):
                     raise
                 raise ContextLengthError(str(exc), provider="local") from exc
-        choice, usage = completion["choices"][0], completion["usage"]
         return Response(
-            id=completion.get("id") or None,
+            id=None,
             model=request.model,
-            message=Message.assistant([TextPart(choice["message"]["content"] or "")]),
-            finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
-            usage=Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]),
+            message=Message.assistant([TextPart(text)]),
+            finish_reason="length" if finish == "length" else "stop",
+            usage=usage,
         )
 
     def stream(self, request: Request):
@@ -185,6 +222,70 @@ class AsyncLlamaEngine:
         return cls()
 
 
+def is_embedded(lm: object) -> bool:
+    """Whether `lm` runs the embedded model in this process."""
+    return isinstance(getattr(lm, "engine", None), LlamaEngine)
+
+
+_EMBEDDED_ADAPTER = CompactJSONAdapter()
+
+
+def adapter_for(lm: object) -> dspy.Adapter | None:
+    """The adapter an LM needs when the context sets none: the embedded model answers in shape only
+    through grammar-constrained JSON, without placeholders to copy (`CompactJSONAdapter`); any other
+    model gets DSPy's default. The one rule the runtime, the CLI and the benchmarks follow."""
+    return _EMBEDDED_ADAPTER if is_embedded(lm) else None
+
+
+def request_cost_usd(model: str, usage: dict) -> float | None:
+    """What one request cost in US dollars: 0 for the embedded model, LiteLLM's price where it knows
+    the model, None where nobody does."""
+    if model == MODEL:
+        return 0.0
+    try:
+        import litellm  # only for hosted models: the local path never imports it
+
+        prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                                                    completion_tokens=int(usage.get("completion_tokens") or 0))
+    except Exception:  # LiteLLM raises a variety of errors for a model it has no price for
+        return None
+    return float(prompt) + float(completion)
+
+
+EMBEDDED_HISTORY_WINDOW = 4  # turns per role: with prompts of 1-2k tokens, the last few fit its 8k context
+
+
+def default_history_window(lm: object) -> int | None:
+    """How many of its earlier turns a role sees when no `history_window` is set: all of them for a
+    hosted model (None), the last few for the embedded model, whose context is 8k tokens."""
+    return EMBEDDED_HISTORY_WINDOW if is_embedded(lm) else None
+
+
+@dataclass(frozen=True)
+class CodeLoopDefaults:
+    """How the Execute–Validate–Controller loop (and `loops fix`) runs on a kind of model when the
+    caller does not say: `policy`, whether the built-in controller asks the analyst LLM, candidates per
+    iteration (`samples`) and, for `loops fix`, `max_iterations`."""
+
+    policy: str
+    analyst: bool
+    samples: int
+    max_iterations: int
+
+
+# The embedded 135M model misreads every failing test run (the tests' digest serves it better), and
+# repairs by repeating itself; what it gains comes from several samples checked by the tests. Chosen
+# from the pass@k curve on MBPP's train split, within ~2 minutes per task on 2 cores (benchmarks/README.md).
+EMBEDDED_CODE_LOOP = CodeLoopDefaults(policy="auto", analyst=False, samples=4, max_iterations=2)
+HOSTED_CODE_LOOP = CodeLoopDefaults(policy="repair", analyst=True, samples=1, max_iterations=4)
+
+
+def code_loop_defaults(lm: object) -> CodeLoopDefaults:
+    """The code loop's defaults for the model that will run it: the embedded model's, or a capable
+    (hosted) model's. The one rule `ExecuteValidateController` and `loops fix` follow."""
+    return EMBEDDED_CODE_LOOP if is_embedded(lm) else HOSTED_CODE_LOOP
+
+
 def local_lm(
     *, temperature: float = 0.0, max_tokens: int = DEFAULT_MAX_TOKENS, cache: bool = False, **kwargs
 ) -> dspy.LM:
@@ -207,11 +308,36 @@ def local_lm(
 
 
 def resolve(model: str | dspy.BaseLM | None) -> dspy.BaseLM:
-    """One spelling for "which LM" across loops: None/"local" is offline, a string is any DSPy model."""
+    """One spelling for "which LM" across loops: None/"local" is the embedded model, an LM is used as
+    it is, and a string is a LiteLLM model string, checked now so that an unknown provider fails
+    before any LM call.
+
+    A string's LM gets `num_retries=0`: the loop's `RetryPolicy` retries transient errors itself,
+    within the run's budget, and DSPy's own retries underneath would multiply every request unseen.
+    """
     if model is None or model == "local":
         return local_lm()
     if isinstance(model, dspy.BaseLM):
         return model
-    if isinstance(model, str):
-        return dspy.LM(model)
-    raise ConfigurationError(f"model must be None, 'local', a model string or a dspy.LM, not {type(model).__name__}")
+    if not isinstance(model, str):
+        raise ConfigurationError(
+            f"model must be None, 'local', a model string or a dspy.LM, not {type(model).__name__}")
+    fix = "use 'local' (the embedded model) or a LiteLLM model string such as 'openai/gpt-4o-mini'"
+    provider = model.partition("/")[0].replace("_", "-")
+    declared = {spelling for registered in dspy.lm15.registered_providers()
+                for spelling in registered.definition.spellings}
+    if provider not in declared:  # a provider declared to DSPy's native engine is known without LiteLLM
+        import contextlib
+        import io
+
+        import litellm  # only here: the embedded model's path never loads LiteLLM
+
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # LiteLLM prints a banner on a miss
+                litellm.get_llm_provider(model)
+        except litellm.exceptions.BadRequestError:
+            raise ConfigurationError(f"unknown model {model!r}: LiteLLM knows no provider for it; {fix}") from None
+    try:
+        return dspy.LM(model, num_retries=0)
+    except ValueError as exc:
+        raise ConfigurationError(f"model {model!r} is not usable: {exc}; {fix}") from exc

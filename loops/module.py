@@ -1,28 +1,37 @@
-"""The base of every loop module: budgets and retries set once, overridable per call."""
+"""The base of every loop module: phases checked against their contracts, budgets and retries set once
+and overridable per call, one result shape."""
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dspy
 
 from loops.budget import Budget, RetryPolicy
-from loops.runtime import Program, Run, adrive, drive
+from loops.checkpoint import CheckpointStore, Replay, digest, open_store
+from loops.contracts import PhaseContract
+from loops.errors import ConfigurationError
+from loops.runtime import _UNSET, Program, Run, adrive, drive, predictor_of
 
 
 class LoopModule(dspy.Module):
     """A `dspy.Module` whose `forward` and `aforward` drive one loop, `_loop`, written once.
 
-    Subclasses define `_loop(self, run, **inputs)` (a generator; see `loops.runtime`) and the
-    fields of an empty result (`result_defaults`), and call `self._forward(...)` /
-    `self._aforward(...)` from their `forward` / `aforward`. Any `Budget` limit can be passed as a
-    keyword to a call (`module(requirements=..., max_iterations=5, timeout_s=30)`), or a whole
-    `budget=Budget(...)`.
+    Subclasses set `contracts` (their pluggable phases, `loops.contracts`) and `aliases` (extra names
+    for result fields, e.g. `final_draft` for `final`), define `_loop(self, run, **inputs)` (a
+    generator; see `loops.runtime`) and call `self._forward(...)` / `self._aforward(...)`.
+
+    Every prediction has `final`, `success`, `best_attempt`, `iterations` (1-based: the number of
+    iterations run), `stop_reason`, `warnings`, `trace`, `histories`, `lm_calls` and `error`. Any
+    `Budget` limit can be passed as a keyword to a call (`module(..., max_iterations=5,
+    timeout_s=None)`), or a whole `budget=Budget(...)`.
     """
 
-    result_defaults: dict[str, Any] = {}
+    contracts: Mapping[str, PhaseContract] = {}
+    aliases: Mapping[str, str] = {}
 
     def __init__(
         self,
@@ -32,30 +41,99 @@ class LoopModule(dspy.Module):
         retry: RetryPolicy | None = None,
         strict: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        history_window: int | Mapping[str, int | None] | None | object = _UNSET,
+        history_summary: bool = False,
+        checkpoint: str | os.PathLike[str] | CheckpointStore | None = None,
     ):
         super().__init__()
-        self.budget = (budget or Budget()).override(max_iterations=max_iterations)
+        _check_window(history_window)
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigurationError(f"budget must be a loops.Budget, got {budget!r:.100}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError(f"retry must be a loops.RetryPolicy, got {retry!r:.100}")
+        budget = budget or Budget()
+        self.budget = budget if max_iterations is None else budget.override(max_iterations=max_iterations)
         self.retry = retry or RetryPolicy()
         self.strict = strict
         self.clock = clock
+        self.history_window = history_window
+        self.history_summary = history_summary
+        self.checkpoint = checkpoint
+        self._llm_roles: list[str] = []
+
+    def _plug(self, role: str, phase: Any, builtin: Callable[[], dspy.Module]) -> bool:
+        """Set the role's phase: `phase` checked against its contract, or the built-in LLM role (built
+        only when it will run). Returns whether the built-in one is used."""
+        if phase is None:
+            setattr(self, role, builtin())
+            self._llm_roles.append(role)
+            return True
+        self.contracts[role].check(phase)
+        setattr(self, role, phase)
+        return False
 
     def _forward(self, limits: dict[str, Any], **inputs: Any) -> dspy.Prediction:
-        return drive(self._program(limits, inputs))
+        run = self._run(limits, inputs)
+        with run.active():
+            return drive(run.program(self._loop, **inputs))
 
     async def _aforward(self, limits: dict[str, Any], **inputs: Any) -> dspy.Prediction:
-        return await adrive(self._program(limits, inputs))
+        run = self._run(limits, inputs)
+        with run.active():
+            return await adrive(run.program(self._loop, **inputs))
 
-    def _program(self, limits: dict[str, Any], inputs: dict[str, Any]) -> Program:
+    def fingerprint(self) -> str:
+        """What identifies this program for a checkpoint: its class, its roles' prompts, its phases."""
+        parts = []
+        for name in sorted({*self._llm_roles, *self.contracts}):
+            role = getattr(self, name, None)
+            predictor, _ = predictor_of(role)
+            if predictor is not None:
+                parts.append((name, predictor.signature.instructions, tuple(predictor.signature.fields)))
+            elif role is not None:
+                parts.append((name, getattr(role, "__qualname__", type(role).__qualname__)))
+        return f"{type(self).__module__}.{type(self).__qualname__}:{digest(parts)}"
+
+    def _run(self, limits: dict[str, Any], inputs: dict[str, Any]) -> Run:
+        if dspy.settings.lm is None:
+            for role in self._llm_roles:
+                predictor, _ = predictor_of(getattr(self, role))
+                if predictor is None or predictor.lm is None:
+                    raise ConfigurationError(
+                        f"no LM is configured for the {role} role: call dspy.configure(lm=...) (e.g. "
+                        "loops.lm.local_lm() for the embedded offline model), use dspy.context(lm=...), or "
+                        f"{type(self).__name__}.{role}.set_lm(...)")
         budget = limits.pop("budget", None) or self.budget
-        run = Run(
+        if not isinstance(budget, Budget):
+            raise ConfigurationError(f"budget must be a loops.Budget, got {budget!r:.100}")
+        store, run_id = limits.pop("checkpoint", self.checkpoint), limits.pop("run_id", None)
+        replay = None
+        if run_id is not None:
+            if store is None:
+                raise ConfigurationError(f"run_id={run_id!r} needs a checkpoint: pass checkpoint='runs.db' (or a "
+                                         "store) to the module or the call")
+            replay = Replay(open_store(store), run_id, self.fingerprint(), digest(inputs))
+        return Run(
             module=self,
-            budget=budget.override(**limits),
+            budget=budget.override(**limits) if limits else budget,
             retry=self.retry,
             clock=self.clock,
             strict=self.strict,
-            defaults=dict(self.result_defaults),
+            aliases=self.aliases,
+            contracts=self.contracts,
+            windows=self.history_window,
+            history_summary=self.history_summary,
+            replay=replay,
         )
-        return run.program(self._loop, **inputs)
 
     def _loop(self, run: Run, **inputs: Any) -> Program:
         raise NotImplementedError
+
+
+def _check_window(window: Any) -> None:
+    values = window.values() if isinstance(window, Mapping) else [window]
+    for value in values:
+        if value is not _UNSET and value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigurationError(f"history_window must be a number of turns (an int >= 0), None for all of "
+                                     f"them, or a {{role: turns}} dict; got {window!r}")

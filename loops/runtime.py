@@ -2,8 +2,8 @@
 
 A pattern writes its control flow once, as a generator that delegates every role call to the run::
 
-    def _loop(self, run, requirements):
-        draft = (yield from run.call("creator", requirements=requirements)).draft
+    def _loop(self, run, requirements, context):
+        draft = (yield from run.call("creator", requirements=requirements, context=context)).draft
         ...
         return run.finish("approved")
 
@@ -22,20 +22,38 @@ import contextvars
 import inspect
 import json
 import time
-from collections.abc import Callable, Generator, Iterator
+import weakref
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import dspy
 from dspy.utils import exceptions as dspy_errors
-from dspy.utils.usage_tracker import track_usage
+from dspy.utils.usage_tracker import UsageTracker
 
+from loops import checkpoint
 from loops.budget import Budget, RetryPolicy
-from loops.errors import LimitReached, RoleFailed, RunError
+from loops.contracts import PhaseContract
+from loops.errors import ConfigurationError, LimitReached, LoopsError, RoleFailed, RunError
 
-STOP_REASONS = ("approved", "completed", "stopped", "max_iterations", "timeout", "context_limit",
-                "lm_calls", "error")
-LIMIT_REASONS = frozenset({"max_iterations", "timeout", "context_limit", "lm_calls"})
+StopReason = Literal["approved", "stopped", "no_progress", "max_iterations", "timeout", "context_limit", "lm_calls",
+                     "tokens", "cost", "error"]
+STOP_REASONS: Mapping[str, str] = {
+    "approved": "the critic approved the draft (Creator–Critic–Iterator)",
+    "stopped": "the controller decided to stop (Execute–Validate, Director)",
+    "no_progress": "every candidate of an iteration repeated code already tried (Execute–Validate)",
+    "max_iterations": "the iteration budget ran out",
+    "timeout": "the run's wall-clock budget (timeout_s) ran out",
+    "context_limit": "the role histories reached max_context_chars",
+    "lm_calls": "the LM request budget (max_lm_calls) ran out",
+    "tokens": "the token budget (max_tokens, input plus output as the LMs report them) ran out",
+    "cost": "the cost budget (max_cost_usd) ran out",
+    "error": "a role or phase failed for good; the cause is on `error`",
+}
+assert set(STOP_REASONS) == set(get_args(StopReason))
+LIMIT_REASONS = frozenset({"max_iterations", "timeout", "context_limit", "lm_calls", "tokens", "cost"})
+RESULT_FIELDS = ("final", "success", "best_attempt", "iterations", "stop_reason", "warnings", "trace", "histories",
+                 "lm_calls", "error")
 
 _TRANSIENT_ERRORS = (
     dspy_errors.LMRateLimitError,
@@ -48,6 +66,16 @@ _TRANSIENT_ERRORS = (
 # LiteLLM's exception classes, matched by name so the local path never has to import litellm.
 _TRANSIENT_NAMES = frozenset({"RateLimitError", "Timeout", "APITimeoutError", "APIConnectionError",
                               "ServiceUnavailableError", "InternalServerError"})
+# A developer's mistake that surfaces only when the LM is called: no retry can fix it.
+_SETUP_ERRORS = (
+    dspy_errors.LMConfigurationError,
+    dspy_errors.LMAuthError,
+    dspy_errors.LMBillingError,
+    dspy_errors.LMUnsupportedModelError,
+    dspy_errors.LMUnsupportedFeatureError,
+)
+_SETUP_NAMES = frozenset({"AuthenticationError", "PermissionDeniedError", "NotFoundError", "BadRequestError"})
+_LM_ERRORS = (dspy_errors.LMError,)
 
 
 def is_transient(error: BaseException) -> bool:
@@ -61,7 +89,21 @@ def is_unparseable(error: BaseException) -> bool:
     return isinstance(error, dspy_errors.AdapterParseError)
 
 
-@dataclass
+def setup_error(error: BaseException) -> ConfigurationError | None:
+    """The developer's mistake behind an exception raised by a role call (no LM, a rejected key, an
+    unknown model), as a `ConfigurationError`; None for a failure during the run."""
+    if isinstance(error, ConfigurationError):
+        return error
+    if isinstance(error, ValueError) and "No LM is loaded" in str(error):
+        return ConfigurationError("no LM is configured: call dspy.configure(lm=...) (e.g. loops.lm.local_lm() for "
+                                  "the embedded offline model) or pass one with dspy.context(lm=...)")
+    if isinstance(error, _SETUP_ERRORS) or any(cls.__name__ in _SETUP_NAMES for cls in type(error).__mro__):
+        return ConfigurationError(f"the LM refused the request, which no retry can fix: {_describe(error)}; check "
+                                  "the model name, the API key and the provider's settings")
+    return None
+
+
+@dataclass(slots=True)
 class Step:
     """One role call of a run, as it appears in `prediction.trace`."""
 
@@ -74,6 +116,7 @@ class Step:
     lm_calls: int = 0
     tokens: dict[str, int] | None = None
     error: str | None = None
+    note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (values JSON cannot hold are rendered as text)."""
@@ -96,7 +139,27 @@ class Observer(Protocol):
     def step_finished(self, step: Step) -> None: ...
 
 
+class _Unset:
+    """The one "not given" marker; it stays itself when an optimizer deep-copies or pickles a module."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+    def __copy__(self) -> _Unset:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> _Unset:
+        return self
+
+    def __reduce__(self) -> str:
+        return "_UNSET"
+
+
+_UNSET: Any = _Unset()  # a limit or option not given: the default applies
+
 _observers: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar("loops_observers", default=())
+_current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar("loops_current_run", default=None)
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("loops_deadline", default=None)
 
 
 @contextlib.contextmanager
@@ -109,28 +172,54 @@ def observing(observer: Observer) -> Iterator[Observer]:
         _observers.reset(token)
 
 
+def current_run() -> Run | None:
+    """The run whose phase is executing now, if any: a phase may make role calls that belong to it."""
+    return _current_run.get()
+
+
+def deadline() -> float | None:
+    """The `time.monotonic()` instant at which the current run's time is up, if it has a timeout.
+
+    An LM backend that can stop mid-generation (the embedded model) checks it between tokens."""
+    return _deadline.get()
+
+
+class DeadlinePassed(TimeoutError):
+    """An LM call was abandoned because the run's time was up."""
+
+
 # --- the operations a run's generator yields, and the two drivers that perform them ---------------
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Invoke:
     target: Any
     args: tuple
     kwargs: dict[str, Any]
     adapter: dspy.Adapter | None = None
+    deadline: float | None = None
 
     def _context(self) -> contextlib.AbstractContextManager:
         return dspy.context(adapter=self.adapter) if self.adapter is not None else contextlib.nullcontext()
 
-    def perform(self) -> tuple[Any, int, dict[str, int] | None]:
-        with track_usage() as usage, self._context():
+    def perform(self) -> Any:
+        with self._context():
             result = self.target(*self.args, **self.kwargs)
             if inspect.isawaitable(result):
                 result = _run_coroutine(result)
-        return (result, *_usage_summary(usage))
+        return result
 
-    async def aperform(self) -> tuple[Any, int, dict[str, int] | None]:
-        with track_usage() as usage, self._context():
+    async def aperform(self) -> Any:
+        if self.deadline is None:
+            return await self._acall()
+        try:
+            async with asyncio.timeout(max(0.0, self.deadline - time.monotonic())):
+                return await self._acall()
+        except TimeoutError as late:
+            raise DeadlinePassed("abandoned at the run's deadline") from late
+
+    async def _acall(self) -> Any:
+        with self._context():
             if isinstance(self.target, dspy.Module) and hasattr(self.target, "aforward"):
                 result = await self.target.acall(*self.args, **self.kwargs)
             elif inspect.iscoroutinefunction(self.target):
@@ -138,12 +227,12 @@ class _Invoke:
             else:
                 # A plain phase (a validator running tests, say) may block: keep the event loop free.
                 result = await asyncio.to_thread(self.target, *self.args, **self.kwargs)
-                if inspect.isawaitable(result):
-                    result = await result
-        return (result, *_usage_summary(usage))
+            if inspect.isawaitable(result):
+                result = await result
+        return result
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Sleep:
     seconds: float
 
@@ -164,17 +253,6 @@ def _run_coroutine(awaitable: Any) -> Any:
         return asyncio.run(wait())
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
         return worker.submit(contextvars.copy_context().run, asyncio.run, wait()).result()
-
-
-def _usage_summary(usage: Any) -> tuple[int, dict[str, int] | None]:
-    entries = [entry for per_lm in usage.usage_data.values() for entry in per_lm]
-    if not entries:
-        return 0, None
-    tokens = {"input": 0, "output": 0}
-    for entry in entries:
-        tokens["input"] += int(entry.get("prompt_tokens") or 0)
-        tokens["output"] += int(entry.get("completion_tokens") or 0)
-    return len(entries), tokens
 
 
 Program = Generator[Any, Any, Any]
@@ -215,6 +293,33 @@ async def adrive(program: Program) -> Any:
 # --- one run ------------------------------------------------------------------------------------
 
 
+class _UsageLog(UsageTracker):
+    """DSPy's usage tracker, also keeping every entry in order (one entry is one LM request answered),
+    the tokens they report and, when `priced`, what they cost."""
+
+    def __init__(self, priced: bool = False) -> None:
+        super().__init__()
+        self.entries: list[dict[str, Any]] = []
+        self.tokens = 0
+        self.cost_usd: float | None = 0.0 if priced else None
+        self.unpriced: set[str] = set()
+
+    def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
+        super().add_usage(lm, usage_entry)
+        if not usage_entry:
+            return
+        self.entries.append(usage_entry)
+        self.tokens += int(usage_entry.get("prompt_tokens") or 0) + int(usage_entry.get("completion_tokens") or 0)
+        if self.cost_usd is not None:
+            from loops.lm import request_cost_usd
+
+            cost = request_cost_usd(lm, usage_entry)
+            if cost is None:
+                self.unpriced.add(lm)
+            else:
+                self.cost_usd += cost
+
+
 @dataclass
 class Run:
     """The state of one loop run: never stored on the module, so concurrent runs share nothing."""
@@ -224,10 +329,16 @@ class Run:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     clock: Callable[[], float] = time.monotonic
     strict: bool = False
-    defaults: dict[str, Any] = field(default_factory=dict)
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    contracts: Mapping[str, PhaseContract] = field(default_factory=dict)
+    windows: int | Mapping[str, int | None] | None | object = _UNSET
+    history_summary: bool = False
+    replay: checkpoint.Replay | None = None
 
     def __post_init__(self) -> None:
         self.started = self.clock()
+        timeout = self.budget.timeout_s
+        self.deadline = None if timeout is None else time.monotonic() + timeout
         self.iteration = 0
         self.lm_calls = 0
         self.context_chars = 0
@@ -238,83 +349,81 @@ class Run:
         self.best_score: Any = None
         self.current: dict[str, Any] = {}
         self.error: BaseException | None = None
+        self.usage = _UsageLog(priced=self.budget.max_cost_usd is not None)
+        self._turn_chars: dict[str, list[int]] = {}
+        self._shown_chars: dict[str, int] = {}
+        self._role_windows: dict[str, int | None] = {}
+        self._depth = 0  # calls in flight: a call made while a phase runs is nested in it
+        self._saved_warnings: set[int] = set()
+        self._unpriced_warned: set[str] = set()
         self._context_warned = False
         self._observers = _observers.get()
 
     # What patterns call -------------------------------------------------------------------------
 
     def call(self, role: str, config: dict[str, Any] | None = None, adapter: dspy.Adapter | None = None,
-             **inputs: Any) -> Program:
-        """Call the LLM role `role` with keyword `inputs` plus that role's own history; returns its result.
+             predictor: Any = None, **inputs: Any) -> Program:
+        """Call the LLM role `role` (the module's attribute, or `predictor`) with keyword `inputs` plus that
+        role's own history; returns its prediction.
 
         `config` is passed to the predictor (e.g. a temperature) and `adapter` replaces the context's
         adapter for this call; neither appears in the trace. Retries transient failures and
         unparseable answers per the retry policy; raises `LimitReached` when the budget is spent and
         `RoleFailed` when the role fails for good.
         """
-        return self._call(role, inputs, config=config, remember=True, adapter=adapter)
+        target = predictor if predictor is not None else getattr(self.module, role)
+        inner, history_field = predictor_of(target)
+        lm = inner.lm if inner is not None and inner.lm is not None else dspy.settings.lm
+        if history_field is not None and role not in self._role_windows:
+            self._role_windows[role] = self._window(role, lm)
+        warnings_at = len(self.warnings)
+        recorded = self._replayed(role, inputs)
+        if recorded is not None:
+            result = recorded
+        else:
+            kwargs = dict(inputs)
+            if history_field is not None:
+                kwargs[history_field] = dspy.History(messages=self._shown_turns(role))
+            if config:
+                kwargs["config"] = dict(config)
+            if adapter is None and dspy.settings.adapter is None:
+                adapter = _default_adapter(lm)
+            result = yield from self._call(role, target, (), kwargs, inputs, adapter, llm=True)
+            self.trace[-1].outputs = dict(result.items())
+        turn = None
+        if history_field is not None:
+            turn = {**inputs, **result}
+            self._remember(role, turn)
+        if recorded is None:
+            self._save(role, inputs, result, turn, warnings_at)
+        return result
 
-    def call_phase(self, role: str, phase: Any = None, /, **contract_args: Any) -> Program:
-        """Call a pluggable phase (a callable or a user's `dspy.Module`; the module's `role` attribute
-        unless `phase` is given) with the contract's arguments, positionally and in order, so any
-        parameter names work; returns what it returns."""
-        return self._call(role, contract_args, config=None, remember=False, target=phase)
+    def call_now(self, role: str, predictor: Any, **inputs: Any) -> Any:
+        """`call`, performed at once: for a phase (running inside this run) that makes its own role calls,
+        such as a DSL atom called from a loop phase. Synchronous; a phase runs in a worker thread under
+        `aforward`, so the event loop stays free."""
+        return drive(self.call(role, predictor=predictor, **inputs))
+
+    def call_phase(self, role: str, phase: Any = None, /, **arguments: Any) -> Program:
+        """Call a pluggable phase (the module's attribute `role` unless `phase` is given) with its
+        contract's arguments, positionally in the contract's order; returns what it returns unchanged."""
+        contract = self.contracts[role]
+        if arguments.keys() != set(contract.params):
+            raise TypeError(f"{role} is called with {contract.params}, not {tuple(arguments)}")
+        warnings_at = len(self.warnings)
+        recorded = self._replayed(role, arguments)
+        if recorded is not None:
+            return recorded
+        target = phase if phase is not None else getattr(self.module, role)
+        args = tuple(arguments[name] for name in contract.params)
+        result = yield from self._call(role, target, args, {}, arguments, None, llm=False)
+        self.trace[-1].outputs = {"result": result}
+        self._save(role, arguments, result, None, warnings_at)
+        return result
 
     def forget(self, role: str) -> None:
         """Start `role` over with an empty history (e.g. for a fresh attempt rather than a repair)."""
         self.turns.pop(role, None)
-
-    def _call(self, role: str, inputs: dict[str, Any], *, config: dict[str, Any] | None, remember: bool,
-              target: Any = None, adapter: dspy.Adapter | None = None) -> Program:
-        """`remember` marks an LLM role: keyword inputs, its own history, at least one LM call per attempt.
-        Otherwise a pluggable phase: the inputs go positionally, in the contract's order."""
-        target = target if target is not None else getattr(self.module, role)
-        self._check_limits()
-        history_field = _history_field(target) if remember else None
-        args = () if remember else tuple(inputs.values())
-        kwargs = dict(inputs) if remember else {}
-        if history_field is not None:
-            kwargs[history_field] = dspy.History(messages=list(self.turns.get(role, [])))
-        if config:
-            kwargs["config"] = dict(config)
-        self._notify("role_started", role, self.iteration)
-        started = self.clock()
-        attempts = parse_failures = lm_calls = 0
-        while True:
-            attempts += 1
-            try:
-                result, calls, tokens = yield _Invoke(target, args, kwargs, adapter)
-                lm_calls += calls
-                break
-            except Exception as exc:
-                lm_calls += 1 if remember else 0
-                if is_unparseable(exc) and parse_failures < self.retry.parse_retries:
-                    parse_failures += 1
-                    # A new rollout at some temperature: the same request would get the same answer.
-                    kwargs["config"] = {**(config or {}), "temperature": self.retry.parse_retry_temperature,
-                                        "rollout_id": parse_failures}
-                    self.warn(f"{role}: answer could not be parsed; asked again")
-                    continue
-                if is_transient(exc) and attempts < self.retry.attempts:
-                    yield _Sleep(self.retry.delay_s(attempts))
-                    self._check_limits()  # the wait may have spent the rest of the budget
-                    continue
-                self.lm_calls += lm_calls
-                self._record(Step(role, self.iteration, inputs, None, self.clock() - started, attempts,
-                                  lm_calls, None, f"{type(exc).__name__}: {exc}"))
-                what = "its answer could not be parsed" if is_unparseable(exc) else _describe(exc)
-                raise RoleFailed(role, f"{role} failed after {attempts} attempt(s): {what}") from exc
-        if remember:
-            lm_calls = max(lm_calls, attempts)  # a cached answer reports no usage but was still a call
-        self.lm_calls += lm_calls
-        outputs = _outputs_of(result)
-        if history_field is not None:
-            turn = {**inputs, **outputs}
-            self.turns.setdefault(role, []).append(turn)
-            self._grow_context(len(json.dumps(turn, default=str)))
-        self._record(Step(role, self.iteration, inputs, outputs, self.clock() - started, attempts,
-                          lm_calls, tokens))
-        return result
 
     def next_iteration(self) -> bool:
         """Start another iteration if the budget allows one; False at `max_iterations`."""
@@ -335,12 +444,25 @@ class Run:
     def warn(self, message: str) -> None:
         self.warnings.append(message)
 
-    def finish(self, stop_reason: str, **result: Any) -> dspy.Prediction:
+    def note(self, message: str) -> None:
+        """Annotate the last step of the trace (e.g. a verdict the loop did not take at its word)."""
+        step = self.trace[-1]
+        step.note = message if step.note is None else f"{step.note}; {message}"
+
+    def time_left(self) -> float | None:
+        """Seconds until the run's timeout, None without one."""
+        if self.budget.timeout_s is None:
+            return None
+        return max(0.0, self.budget.timeout_s - (self.clock() - self.started))
+
+    def finish(self, stop_reason: StopReason, **result: Any) -> dspy.Prediction:
         """The run's prediction: `result` over the fields set by `update` over the best candidate."""
         if stop_reason == "max_iterations":
             self.warn(f"stopped at max_iterations={self.budget.max_iterations}")
-        fields = {**self.defaults, **(self.best or {}), **self.current, **result}
-        prediction = dspy.Prediction(
+        fields = {"final": None, "success": False, "best_attempt": None, **(self.best or {}), **self.current,
+                  **result}
+        fields.update({alias: fields[name] for alias, name in self.aliases.items()})
+        return dspy.Prediction(
             **fields,
             iterations=self.iteration,
             stop_reason=stop_reason,
@@ -348,35 +470,191 @@ class Run:
             trace=list(self.trace),
             histories={role: dspy.History(messages=list(turns)) for role, turns in self.turns.items()},
             lm_calls=self.lm_calls,
+            tokens=self.usage.tokens,
+            cost_usd=self.usage.cost_usd,
             error=self.error,
         )
-        if self.strict and stop_reason in LIMIT_REASONS:
-            limit = LimitReached(stop_reason, self.warnings[-1] if self.warnings else stop_reason)
-            limit.prediction = prediction
-            raise limit
-        return prediction
 
     # What the module's forward/aforward hand to a driver ------------------------------------------
 
-    def program(self, loop: Callable[..., Program], **inputs: Any) -> Program:
-        """The pattern's loop wrapped so that a limit or a failure ends it with the work kept."""
+    @contextlib.contextmanager
+    def active(self) -> Iterator[Run]:
+        """The context a run's program is driven in: its usage log, its deadline, itself as current run."""
+        run_token, deadline_token = _current_run.set(self), _deadline.set(self.deadline)
         try:
-            return (yield from loop(self, **inputs))
+            with dspy.context(usage_tracker=self.usage):
+                yield self
+        finally:
+            _current_run.reset(run_token)
+            _deadline.reset(deadline_token)
+
+    def program(self, loop: Callable[..., Program], **inputs: Any) -> Program:
+        """The pattern's loop wrapped so that a limit or a run failure ends it with the work kept.
+
+        A developer's mistake (`ConfigurationError`) and a bug in the pattern itself propagate."""
+        try:
+            prediction = yield from loop(self, **inputs)
         except LimitReached as limit:
             self.warn(str(limit))
-            return self.finish(limit.reason)
-        except Exception as exc:
-            self.error = exc
-            self.warn(f"stopped by an error: {_describe(exc)}")
+            prediction = self.finish(limit.reason)
+        except RunError as failure:
+            self.error = failure
+            self.warn(f"stopped by an error: {_describe(failure)}")
             prediction = self.finish("error")
-            if self.strict:
-                if not isinstance(exc, RunError):
-                    raise
-                exc.prediction = prediction
-                raise
-            return prediction
+        if self.replay is not None:
+            self.replay.store.finish(self.replay.run_id, prediction.stop_reason)
+        if self.strict and (prediction.stop_reason in LIMIT_REASONS or prediction.stop_reason == "error"):
+            raised = self.error if isinstance(self.error, RunError) else LimitReached(
+                prediction.stop_reason, prediction.warnings[-1])
+            raised.prediction = prediction
+            raise raised
+        return prediction
 
     # Internals ----------------------------------------------------------------------------------
+
+    def _window(self, role: str, lm: Any) -> int | None:
+        windows = self.windows
+        if isinstance(windows, Mapping):
+            windows = windows.get(role, _UNSET)
+        if windows is _UNSET:
+            from loops.lm import default_history_window  # the one rule for what a model's context can hold
+
+            return default_history_window(lm)
+        return windows
+
+    def _shown_turns(self, role: str) -> list[dict[str, Any]]:
+        """The turns a role sees: all of them, or the last `history_window`, after a digest of the older
+        ones when `history_summary` is set."""
+        turns = self.turns.get(role, ())
+        window = self._role_windows.get(role)
+        if window is None or len(turns) <= window:
+            return list(turns)
+        older, kept = turns[:len(turns) - window], list(turns[len(turns) - window:])
+        return [digest_turns(older), *kept] if self.history_summary else kept
+
+    def _remember(self, role: str, turn: dict[str, Any]) -> None:
+        """Add a turn to the role's history, and count what the histories now put in the prompts."""
+        self.turns.setdefault(role, []).append(turn)
+        sizes = self._turn_chars.setdefault(role, [])
+        sizes.append(sum(len(value) if isinstance(value, str) else len(str(value)) for value in turn.values()))
+        window = self._role_windows.get(role)
+        shown = sum(sizes if window is None else sizes[len(sizes) - window:] if window else ())
+        previous, self._shown_chars[role] = self._shown_chars.get(role, 0), shown
+        self._context_now(self.context_chars - previous + shown)
+
+    def _replayed(self, role: str, inputs: dict[str, Any]) -> Any:
+        """The recorded result of this call when the run is being replayed (its trace step, warnings and
+        LM calls restored), else None."""
+        if self.replay is None:
+            return None
+        self._check_limits()
+        found = self.replay.take(role, checkpoint.digest(inputs), nested=self._depth > 0)
+        if found is None:
+            return None
+        inner, call = found
+        for record in (*inner, call):
+            result, step, warnings, turn = checkpoint.unpack(record)
+            if record is not call and turn is not None:
+                self._remember(record.role, turn)
+            self.warnings.extend(warnings)
+            if record is call:  # a phase's record counts the calls nested in it too
+                self.lm_calls += step.lm_calls
+                self.usage.tokens += sum(step.tokens.values()) if step.tokens else 0
+            self._record(step)
+        return result
+
+    def _save(self, role: str, inputs: dict[str, Any], result: Any, turn: dict[str, Any] | None,
+              warnings_at: int) -> None:
+        """Record a finished call for replay, with the warnings it raised (less its nested calls')."""
+        if self.replay is None:
+            return
+        raised = [index for index in range(warnings_at, len(self.warnings)) if index not in self._saved_warnings]
+        self._saved_warnings.update(raised)
+        self.replay.save(role, checkpoint.digest(inputs), self._depth > 0, result, self.trace[-1],
+                         [self.warnings[index] for index in raised], turn)
+
+    def _call(self, role: str, target: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any],
+              adapter: dspy.Adapter | None, *, llm: bool) -> Program:
+        """One role or phase call with retries; records a step. `llm` marks an LLM role.
+
+        Every LM request made counts in `lm_calls`: answered ones (one usage entry each, JSON fallbacks
+        included), failed ones, and one abandoned at the deadline. A phase's own requests count too,
+        less those of role calls it made in this run (`call_now`), which count themselves."""
+        self._check_limits()
+        self._notify("role_started", role, self.iteration)
+        started = self.clock()
+        attempts = parse_failures = failed_requests = 0
+        entries_before, calls_before = len(self.usage.entries), self.lm_calls
+
+        def requests() -> int:  # made by this call itself so far
+            nested = self.lm_calls - calls_before
+            return len(self.usage.entries) - entries_before - nested + failed_requests
+
+        def fail(error: str) -> None:
+            self.lm_calls += requests()
+            self._record(Step(role, self.iteration, inputs, None, self.clock() - started, attempts,
+                              self.lm_calls - calls_before, None, error))
+
+        while True:
+            attempts += 1
+            self._depth += 1
+            try:
+                result = yield _Invoke(target, args, kwargs, adapter, self.deadline)
+                break
+            except Exception as exc:
+                self._depth -= 1
+                if isinstance(exc, LoopsError) and not isinstance(exc, ConfigurationError):
+                    raise  # a limit or failure of a role call this phase made in the run: already recorded
+                if isinstance(exc, _LM_ERRORS) or (llm and is_transient(exc)) or isinstance(exc, DeadlinePassed):
+                    failed_requests += not is_unparseable(exc)  # no usage entry: count the request here
+                mistake = setup_error(exc)
+                if mistake is not None:
+                    fail(_describe(exc))
+                    if mistake is exc:
+                        raise
+                    raise mistake from exc
+                if isinstance(exc, DeadlinePassed) or self._out_of_time():
+                    fail("abandoned at the deadline")
+                    raise LimitReached("timeout", f"stopped in {role} after {self.clock() - self.started:.1f}s: "
+                                       f"timeout_s={self.budget.timeout_s} reached") from exc
+                retry = (is_unparseable(exc) and parse_failures < self.retry.parse_retries) or (
+                    is_transient(exc) and attempts < self.retry.attempts)
+                limit = self.budget.max_lm_calls
+                if retry and limit is not None and self.lm_calls + requests() >= limit:
+                    fail(_describe(exc))
+                    raise LimitReached("lm_calls", f"stopped in {role} after {self.lm_calls} LM calls: "
+                                       f"max_lm_calls={limit} reached before a retry") from exc
+                if retry and is_unparseable(exc):
+                    parse_failures += 1
+                    # A new rollout at some temperature: the same request would get the same answer.
+                    kwargs["config"] = {**kwargs.get("config", {}), "temperature": self.retry.parse_retry_temperature,
+                                        "rollout_id": parse_failures}
+                    self.warn(f"{role}: answer could not be parsed; asked again")
+                    continue
+                if retry:
+                    pause, left = self.retry.delay_s(attempts), self.time_left()
+                    if left is not None and pause >= left:
+                        fail(_describe(exc))
+                        raise LimitReached("timeout", f"stopped in {role}: no time left to retry after "
+                                           f"{_describe(exc)}") from exc
+                    yield _Sleep(pause)
+                    continue
+                fail(_describe(exc))
+                what = "its answer could not be parsed" if is_unparseable(exc) else _describe(exc)
+                raise RoleFailed(role, f"{role} failed after {attempts} attempt(s): {what}") from exc
+        self._depth -= 1
+        new_entries = self.usage.entries[entries_before:]
+        own = max(0, requests())  # replayed nested calls made no request
+        if llm and own == 0:
+            own = 1  # a cached answer reports no usage, but the role was asked
+        self.lm_calls += own
+        self._record(Step(role, self.iteration, inputs, None, self.clock() - started, attempts,
+                          self.lm_calls - calls_before, _tokens(new_entries) if new_entries else None))
+        return result
+
+    def _out_of_time(self) -> bool:
+        timeout = self.budget.timeout_s
+        return timeout is not None and self.clock() - self.started >= timeout
 
     def _check_limits(self) -> None:
         budget = self.budget
@@ -385,6 +663,17 @@ class Run:
             raise LimitReached("timeout", f"stopped after {elapsed:.1f}s: timeout_s={budget.timeout_s} reached")
         if budget.max_lm_calls is not None and self.lm_calls >= budget.max_lm_calls:
             raise LimitReached("lm_calls", f"stopped after {self.lm_calls} LM calls: max_lm_calls reached")
+        if budget.max_tokens is not None and self.usage.tokens >= budget.max_tokens:
+            raise LimitReached("tokens", f"stopped after {self.usage.tokens} tokens: max_tokens={budget.max_tokens} "
+                               "reached")
+        if budget.max_cost_usd is not None:
+            unpriced = sorted(self.usage.unpriced - self._unpriced_warned)
+            if unpriced:
+                self.warn(f"no price is known for {unpriced}: their requests count as free against max_cost_usd")
+                self._unpriced_warned.update(unpriced)
+            if self.usage.cost_usd >= budget.max_cost_usd:
+                raise LimitReached("cost", f"stopped after ${self.usage.cost_usd:.4f}: max_cost_usd="
+                                   f"{budget.max_cost_usd} reached")
         if budget.max_context_chars is not None and self.context_chars >= budget.max_context_chars:
             raise LimitReached(
                 "context_limit",
@@ -392,8 +681,8 @@ class Run:
                 f"max_context_chars={budget.max_context_chars}",
             )
 
-    def _grow_context(self, chars: int) -> None:
-        self.context_chars += chars
+    def _context_now(self, chars: int) -> None:
+        self.context_chars = chars
         limit = self.budget.max_context_chars
         warn_at = None if limit is None else self.budget.context_warning_ratio * limit
         if warn_at is not None and not self._context_warned and self.context_chars >= warn_at:
@@ -403,7 +692,10 @@ class Run:
 
     def _record(self, step: Step) -> None:
         self.trace.append(step)
-        self._notify("step_finished", step)
+        for observer in self._observers:
+            handler = getattr(observer, "step_finished", None)
+            if handler is not None:
+                handler(step)
 
     def _notify(self, event: str, *args: Any) -> None:
         for observer in self._observers:
@@ -412,23 +704,55 @@ class Run:
                 handler(*args)
 
 
-def _history_field(target: Any) -> str | None:
-    """The name of the `dspy.History` input of a predictor's signature, if it has one."""
-    predictors = target.predictors() if isinstance(target, dspy.Module) else []
-    if isinstance(target, dspy.Predict):
-        predictors = [target]
-    if len(predictors) != 1:
-        return None
-    for name, info in predictors[0].signature.input_fields.items():
-        if info.annotation is dspy.History:
-            return name
-    return None
+_predictors: weakref.WeakKeyDictionary[Any, tuple[dspy.Predict | None, str | None]] = weakref.WeakKeyDictionary()
 
 
-def _outputs_of(result: Any) -> dict[str, Any]:
-    if isinstance(result, dspy.Prediction):
-        return dict(result.items())
-    return {"result": result}
+def predictor_of(target: Any) -> tuple[dspy.Predict | None, str | None]:
+    """A role's one predictor and the name of its signature's `dspy.History` input, if it has them.
+
+    Resolved once per role object: walking `predictors()` walks each one's growing call history."""
+    try:
+        return _predictors[target]
+    except KeyError:
+        pass
+    except TypeError:
+        return None, None  # not weak-referenceable, so not a dspy.Module
+    found = [target] if isinstance(target, dspy.Predict) else (
+        target.predictors() if isinstance(target, dspy.Module) else [])
+    predictor = found[0] if len(found) == 1 else None
+    history = None if predictor is None else next(
+        (name for name, info in predictor.signature.input_fields.items() if info.annotation is dspy.History), None)
+    _predictors[target] = predictor, history
+    return predictor, history
+
+
+def _default_adapter(lm: Any) -> dspy.Adapter | None:
+    """The adapter a role's LM brings (the embedded model's), when the context sets none."""
+    from loops.lm import adapter_for  # the runtime knows LMs only through this one rule
+
+    return adapter_for(lm)
+
+
+_DIGEST_CHARS = 160
+
+
+def digest_turns(turns: Any) -> dict[str, str]:
+    """Older turns folded into one, field by field, so it renders like any turn: for each field, how many
+    turns are folded and the start of each one's value."""
+    fields: dict[str, list[str]] = {}
+    for turn in turns:
+        for name, value in turn.items():
+            fields.setdefault(name, []).append(" ".join(str(value).split())[:_DIGEST_CHARS])
+    return {name: f"[{len(values)} earlier turn(s), condensed] " + " | ".join(values)
+            for name, values in fields.items()}
+
+
+def _tokens(entries: Any) -> dict[str, int]:
+    tokens = {"input": 0, "output": 0}
+    for entry in entries:
+        tokens["input"] += int(entry.get("prompt_tokens") or 0)
+        tokens["output"] += int(entry.get("completion_tokens") or 0)
+    return tokens
 
 
 def _describe(error: BaseException) -> str:

@@ -14,23 +14,25 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import inspect
 import os
 import re
+import secrets
+import selectors
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from loops.errors import CommandNotFoundError, ConfigurationError
-from signatures.results import ValidationResult
+from loops.signatures.results import ValidationResult
 
 __all__ = [
     "CallableValidator",
@@ -42,9 +44,13 @@ __all__ = [
 
 Validator = Callable[[str, int], ValidationResult]
 
-# How long to wait for the output pipes to drain once the command is over. Only a process that
-# escaped the process group (setsid/daemonised) and still holds a pipe can make us wait this long.
-_PIPE_DRAIN_GRACE_S = 5.0
+# How long the output pipes may stay open once the command is over and its process group killed.
+# Only a process that escaped the group (setsid, a daemon) and still holds a pipe makes us wait,
+# and for this long at most, in all: its later output is lost, which the result's `error` says.
+_PIPE_DRAIN_GRACE_S = 0.25
+# While the command runs and prints nothing, how often to look whether it has exited: its pipes
+# alone cannot tell us, since a process that escaped its group may keep them open.
+_EXIT_POLL_S = 0.05
 _READ_CHUNK = 64 * 1024
 
 
@@ -96,20 +102,54 @@ class Workspace:
     def write(self, files: Mapping[str, str]) -> list[Path]:
         """Write each ``relative path -> text`` (UTF-8), creating parent directories.
 
-        All paths are checked before anything is written, so a bad path writes nothing.
+        All files are written or none: each is first staged next to its target, and only when all are
+        staged are they moved into place. A bad path (escaping the root, an existing directory, a
+        parent that is a file) raises `ConfigurationError` and leaves the workspace as it was.
         Returns the absolute paths written, in the order given.
         """
         self._check_open()
-        targets = [(self.resolve(rel), text) for rel, text in files.items()]
-        for target, text in targets:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+        targets = {os.fspath(rel): (self.resolve(rel), text) for rel, text in files.items()}
+        self._check_targets({rel: target for rel, (target, _) in targets.items()})
+        staged: list[tuple[Path, Path]] = []
+        created: list[Path] = []
+        try:
+            for target, text in targets.values():
+                created += _make_parents(target.parent)
+                staged.append((_stage(target, text), target))
+        except BaseException:
+            for temp, _ in staged:
+                temp.unlink(missing_ok=True)
+            for directory in reversed(created):
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+            raise
+        for temp, target in staged:
+            os.replace(temp, target)
             if target.suffix == ".py":
                 # Python trusts a .pyc whose source has the same size and whole-second mtime, so a
                 # file rewritten within a second could run its previous version's bytecode.
                 for stale in target.parent.glob(f"__pycache__/{target.stem}.*.pyc"):
                     stale.unlink(missing_ok=True)
-        return [target for target, _ in targets]
+        return [target for target, _ in targets.values()]
+
+    def _check_targets(self, targets: Mapping[str, Path]) -> None:
+        """Refuse, before anything is staged, the names that could fail half-way through the moves."""
+        wanted = {target: rel for rel, target in targets.items()}
+        for rel, target in targets.items():
+            if target.is_dir():
+                raise ConfigurationError(
+                    f"workspace file path {rel!r} is an existing directory; give the path of a file")
+            for parent in target.parents:
+                if parent == self.path:
+                    break
+                if parent in wanted:
+                    raise ConfigurationError(
+                        f"workspace file paths {wanted[parent]!r} and {rel!r} conflict: the first would have to be "
+                        "both a file and the directory holding the second")
+                if parent.exists() and not parent.is_dir():
+                    raise ConfigurationError(
+                        f"workspace file path {rel!r} cannot be written: "
+                        f"{str(parent.relative_to(self.path))!r} is a file, not a directory")
 
     def read(self, paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> dict[str, str]:
         """Read the given relative paths; returns ``relative path -> text``.
@@ -152,15 +192,40 @@ class Workspace:
         return f"Workspace({str(self.path)!r}, {kind}{', closed' if self.closed else ''})"
 
 
-class _CappedCapture:
-    """Reads a pipe to the end, keeping only the first and last characters.
+def _make_parents(directory: Path) -> list[Path]:
+    """Create `directory` and its missing parents; returns those created, outermost first."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        path.mkdir()
+    return missing[::-1]
 
-    The pipe is always drained, so a chatty command never blocks on a full pipe, and memory stays
-    bounded by the cap whatever the command prints.
+
+def _stage(target: Path, text: str) -> Path:
+    """Write `text` to a new hidden file beside `target`, with the mode `target` has or would get."""
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.loops-tmp")
+    # os.open applies the umask, as writing the target directly would (mkstemp would give 0600).
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with open(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        if target.exists():
+            shutil.copymode(target, temp)  # an executable script stays executable
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return temp
+
+
+class _CappedCapture:
+    """Collects a stream's text, keeping only the first and last characters.
+
+    Memory stays bounded by the cap whatever the command prints.
     """
 
-    def __init__(self, stream: IO[bytes], max_chars: int):
-        self._stream = stream
+    def __init__(self, max_chars: int):
         # The tail gets the larger share: test runners print the failures and the summary last.
         self._head_limit = max_chars // 4
         self._tail_limit = max_chars - self._head_limit
@@ -168,15 +233,13 @@ class _CappedCapture:
         self._head_len = 0
         self._tail = ""
         self.total_chars = 0
-        self.thread = threading.Thread(target=self._run, daemon=True, name="loops-capture")
-        self.thread.start()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def _run(self) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        with self._stream:
-            while chunk := self._stream.read1(_READ_CHUNK):
-                self._add(decoder.decode(chunk))
-            self._add(decoder.decode(b"", final=True))
+    def feed(self, data: bytes) -> None:
+        self._add(self._decoder.decode(data))
+
+    def finish(self) -> None:
+        self._add(self._decoder.decode(b"", final=True))
 
     def _add(self, text: str) -> None:
         if not text:
@@ -218,14 +281,17 @@ class ShellValidator:
     - The command runs in its own process group. At ``timeout_s`` the whole group (children too)
       gets SIGKILL and the result has ``timed_out=True``, ``exit_code=-9`` (subprocess's convention
       for "killed by signal 9") and ``error="timed out after Ns"``. Processes the command leaves
-      running in its group after it exits are killed too, so nothing leaks across iterations.
+      running in its group after it exits are killed too, so nothing leaks across iterations. A
+      process that escaped the group (``setsid``) and holds an output pipe delays the result by a
+      fraction of a second at most; ``error`` then says the output may be incomplete.
     - stdout and stderr are each capped to ``max_output_chars``: the first quarter and the last
       three quarters are kept around a marker line saying how many chars were cut.
     - ``clean_env=True`` gives the command only PATH, HOME and LANG (plus ``env``); otherwise ``env``
       is added on top of this process's environment.
 
     The ``iteration`` argument is accepted for the validator protocol and otherwise unused.
-    Raises `CommandNotFoundError` when the executable does not exist (``shell=False``).
+    Raises `CommandNotFoundError` when the executable does not exist (``shell=False``); `check`
+    tells that without running the command.
     """
 
     def __init__(
@@ -258,8 +324,43 @@ class ShellValidator:
     def __call__(self, test_command: str, iteration: int = 0) -> ValidationResult:
         return self.run(test_command)
 
-    def run(self, command: str) -> ValidationResult:
-        """Run `command` and return its `ValidationResult` (see the class docstring)."""
+    def check(self, command: str) -> None:
+        """Raise `CommandNotFoundError` if `command`'s executable cannot be found, without running it.
+
+        Loops call this before their first LM call. With ``shell=True`` only an empty command is
+        caught: the shell itself reports a missing command (exit code 127).
+        """
+        argv = self._argv(command)
+        if self.shell:
+            return
+        executable = argv[0]
+        if os.sep in executable or (os.altsep and os.altsep in executable):
+            # A relative path runs from the workspace, as Popen's cwd= makes it.
+            path = self.cwd / Path(executable).expanduser()
+            if not path.is_file():
+                raise CommandNotFoundError(
+                    f"executable {executable!r} does not exist (looked for {str(path)!r}; command: {command!r}); "
+                    "fix the path (a relative one starts at the workspace)")
+            if not os.access(path, os.X_OK):
+                raise CommandNotFoundError(
+                    f"executable {executable!r} is not executable (command: {command!r}); "
+                    f"chmod +x it or run it through its interpreter")
+        elif shutil.which(executable, path=self._environment().get("PATH", os.defpath)) is None:
+            raise CommandNotFoundError(
+                f"executable {executable!r} not found on PATH (command: {command!r}); "
+                "install it, check the spelling, or give its full path")
+
+    def run(self, command: str, timeout_s: float | None = None) -> ValidationResult:
+        """Run `command` and return its `ValidationResult` (see the class docstring).
+
+        ``timeout_s`` can only shorten the configured timeout for this call (a loop caps it to the
+        time its run has left).
+        """
+        if timeout_s is not None and not (
+            isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool) and timeout_s > 0
+        ):
+            raise ConfigurationError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
+        limit = self.timeout_s if timeout_s is None else min(self.timeout_s, float(timeout_s))
         argv = self._argv(command)
         cwd = self.cwd
         if not cwd.is_dir():
@@ -285,40 +386,35 @@ class ShellValidator:
                 f"executable {argv[0]!r} is not executable (command: {command!r})"
             ) from exc
 
-        stdout = _CappedCapture(proc.stdout, self.max_output_chars)  # type: ignore[arg-type]
-        stderr = _CappedCapture(proc.stderr, self.max_output_chars)  # type: ignore[arg-type]
-        timed_out = False
+        stdout = _CappedCapture(self.max_output_chars)
+        stderr = _CappedCapture(self.max_output_chars)
         try:
-            proc.wait(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            timed_out, undrained = _communicate(proc, {proc.stdout: stdout, proc.stderr: stderr},  # type: ignore[dict-item]
+                                                started + limit)
         finally:
             # Also reached on KeyboardInterrupt: never leave the command's process tree behind.
             _kill_group(proc.pid)
             proc.wait()
+            for stream in (proc.stdout, proc.stderr):
+                stream.close()  # type: ignore[union-attr]
         seconds = time.monotonic() - started
 
-        undrained = []
-        for name, capture in (("stdout", stdout), ("stderr", stderr)):
-            capture.thread.join(_PIPE_DRAIN_GRACE_S)
-            if capture.thread.is_alive():
-                undrained.append(name)
-
-        error = None
+        problems = []
         if timed_out:
-            error = f"timed out after {self.timeout_s:g}s"
+            problems.append(f"timed out after {limit:g}s")
         elif self.shell and proc.returncode == 127:
-            error = "the shell reported exit code 127: command not found"
-        elif undrained:
-            error = (
-                f"{' and '.join(undrained)} still open after the command exited "
-                "(a process escaped its process group); output may be incomplete"
+            problems.append("the shell reported exit code 127: command not found")
+        if undrained:
+            problems.append(
+                f"{' and '.join(undrained)} still open after the command "
+                f"{'was killed' if timed_out else 'exited'}: "
+                "a process escaped its process group; output may be incomplete"
             )
         return ValidationResult(
             stdout=stdout.text(),
             stderr=stderr.text(),
             exit_code=proc.returncode,
-            error=error,
+            error="; ".join(problems) or None,
             timed_out=timed_out,
             seconds=round(seconds, 3),
         )
@@ -340,6 +436,53 @@ class ShellValidator:
         base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
         base.setdefault("PATH", os.defpath)
         return {**base, **self.env}
+
+
+def _communicate(
+    proc: subprocess.Popen[bytes], captures: dict[IO[bytes], _CappedCapture], deadline: float
+) -> tuple[bool, list[str]]:
+    """Read the command's pipes into `captures` until it exits or `deadline` passes (then its group is
+    killed), and after that for `_PIPE_DRAIN_GRACE_S` at most.
+
+    Returns whether it timed out and the names of the pipes still open when reading stopped.
+    """
+    names = {proc.stdout: "stdout", proc.stderr: "stderr"}
+    timed_out = False
+    drain_until: float | None = None
+    with selectors.DefaultSelector() as selector:
+        for stream in captures:
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map():
+            now = time.monotonic()
+            if drain_until is None:
+                if proc.poll() is None and now >= deadline:
+                    timed_out = True
+                if timed_out or proc.returncode is not None:
+                    # Kills what the command left running in its group, which closes their pipes.
+                    _kill_group(proc.pid)
+                    drain_until = now + _PIPE_DRAIN_GRACE_S
+            if drain_until is None:
+                wait = min(_EXIT_POLL_S, max(0.0, deadline - now))
+            elif now < drain_until:
+                wait = drain_until - now
+            else:
+                break
+            for key, _ in selector.select(wait):
+                data = os.read(key.fd, _READ_CHUNK)
+                if data:
+                    captures[key.fileobj].feed(data)  # type: ignore[index]
+                else:
+                    selector.unregister(key.fileobj)
+        undrained = [names[key.fileobj] for key in selector.get_map().values()]
+    for capture in captures.values():
+        capture.finish()
+    if not timed_out and proc.poll() is None:
+        # Both pipes closed early (the command closed them itself): wait for the command as such.
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    return timed_out, undrained
 
 
 def _kill_group(pgid: int) -> None:
@@ -381,21 +524,30 @@ class PytestValidator(ShellValidator):
     None when no summary line is found (e.g. pytest crashed or the command was not pytest).
     """
 
-    def run(self, command: str | None) -> ValidationResult:
-        if command is None or not command.strip():
-            command = shlex.join([sys.executable, "-m", "pytest", "-q"])
-        result = super().run(command)
+    def check(self, command: str | None) -> None:
+        super().check(_pytest_command(command))
+
+    def run(self, command: str | None, timeout_s: float | None = None) -> ValidationResult:
+        result = super().run(_pytest_command(command), timeout_s)
         passed, failed = parse_pytest_counts(result.stdout)
         return result.model_copy(update={"passed": passed, "failed": failed})
 
 
+def _pytest_command(command: str | None) -> str:
+    if command is None or not command.strip():
+        return shlex.join([sys.executable, "-m", "pytest", "-q"])
+    return command
+
+
 class CallableValidator:
     """Adapts ``fn(test_command, iteration)`` returning a `ValidationResult`, a bool (True means exit
-    code 0, False exit code 1) or an int exit code.
+    code 0, False exit code 1) or an int exit code. ``fn`` may be async: calling the validator then
+    returns a coroutine (the loop runtime awaits it, under `forward` as under `aforward`).
 
     An exception raised by ``fn`` propagates on purpose: the loop runtime records it as a failed
     phase and stops gracefully with stop_reason "error", which is more honest than dressing a bug in
-    the validator up as a failing test the executor would then try to fix.
+    the validator up as a failing test the executor would then try to fix. A return value of any
+    other type raises `ConfigurationError`.
     """
 
     def __init__(self, fn: Callable[[str, int], Any]):
@@ -403,9 +555,19 @@ class CallableValidator:
             raise ConfigurationError(f"CallableValidator needs a callable, got {fn!r}")
         self.fn = fn
 
-    def __call__(self, test_command: str, iteration: int = 0) -> ValidationResult:
+    def __call__(
+        self, test_command: str, iteration: int = 0
+    ) -> ValidationResult | Coroutine[Any, Any, ValidationResult]:
         started = time.monotonic()
         outcome = self.fn(test_command, iteration)
+        if inspect.isawaitable(outcome):
+            return self._finish(outcome, started)
+        return self._coerce(outcome, started)
+
+    async def _finish(self, outcome: Awaitable[Any], started: float) -> ValidationResult:
+        return self._coerce(await outcome, started)
+
+    def _coerce(self, outcome: Any, started: float) -> ValidationResult:
         seconds = round(time.monotonic() - started, 3)
         if isinstance(outcome, ValidationResult):
             return outcome if outcome.seconds is not None else outcome.model_copy(update={"seconds": seconds})
@@ -414,6 +576,6 @@ class CallableValidator:
         if isinstance(outcome, int):
             return ValidationResult(exit_code=outcome, seconds=seconds)
         raise ConfigurationError(
-            f"validator {getattr(self.fn, '__name__', self.fn)!r} returned {outcome!r:.200}; "
-            "expected a ValidationResult, a bool or an int exit code"
+            f"validator {getattr(self.fn, '__name__', self.fn)!r} returned {outcome!r:.200} "
+            f"({type(outcome).__name__}); return a ValidationResult, a bool (passed) or an int exit code"
         )

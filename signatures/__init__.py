@@ -1,7 +1,7 @@
 """DSPy signatures of the loop roles, and the pydantic types their phases exchange."""
 
-from signatures.creator_critic import CreatorSignature, CriticSignature, IteratorSignature
-from signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
+from loops.signatures.creator_critic import CreatorSignature, CriticSignature, IteratorSignature
+from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
 
 __all__ = [
     "ControllerDecision",

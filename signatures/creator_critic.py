@@ -2,7 +2,8 @@
 
 Each role has its own class with distinct instructions: GEPA assigns traces to predictors by
 signature equality, and each role's `history` holds that role's own past calls, keyed by these
-field names (DSPy's adapters drop history entries keyed any other way).
+field names (DSPy's adapters drop history entries keyed any other way). The critic's verdict is
+`approved`, not `completed`: ChatAdapter ends every answer with a `[[ ## completed ## ]]` marker.
 """
 
 import dspy
@@ -18,46 +19,40 @@ class CreatorSignature(dspy.Signature):
     context: str = dspy.InputField(desc="Background context (may be empty)")
     history: dspy.History = dspy.InputField(desc="Your earlier calls in this run (empty on the first)")
 
-    response: str = dspy.OutputField(desc="One or two sentences on your approach")
     draft: str = dspy.OutputField(desc="The created content, and nothing else")
 
 
 class CriticSignature(dspy.Signature):
-    """You are the CRITIC. Judge the current draft against the requirements on three criteria.
+    """You are the CRITIC. Judge the draft against the requirements on three criteria.
 
     1. Accuracy: no factual errors or fabrications.
     2. Completeness: every requirement is addressed.
     3. Quality: it meets professional standards.
-    Set `completed` to true ONLY when all three criteria pass; otherwise give specific, actionable
+    Set `approved` to true ONLY when all three criteria pass; otherwise give specific, actionable
     feedback that an editor can apply.
     """
 
     requirements: str = dspy.InputField(desc="The original requirements")
-    current_draft: str = dspy.InputField(desc="The draft to judge")
+    draft: str = dspy.InputField(desc="The draft to judge")
     history: dspy.History = dspy.InputField(desc="Your earlier judgements of earlier drafts in this run")
 
-    accuracy_completed: bool = dspy.OutputField(desc="True if the draft has no factual errors")
-    completeness_completed: bool = dspy.OutputField(desc="True if every requirement is met")
-    quality_completed: bool = dspy.OutputField(desc="True if the draft is of professional quality")
-    response: str = dspy.OutputField(desc="Overall assessment in one or two sentences")
+    accuracy_passed: bool = dspy.OutputField(desc="True if the draft has no factual errors")
+    completeness_passed: bool = dspy.OutputField(desc="True if every requirement is met")
+    quality_passed: bool = dspy.OutputField(desc="True if the draft is of professional quality")
     feedback: str = dspy.OutputField(desc="Specific, actionable changes to make (empty if none)")
-    completed: bool = dspy.OutputField(desc="True ONLY if all three criteria pass")
+    approved: bool = dspy.OutputField(desc="True ONLY if all three criteria pass")
 
 
 class IteratorSignature(dspy.Signature):
-    """You are the ITERATOR. Revise the current draft so that it answers the critic's feedback.
+    """You are the ITERATOR. Revise the draft so that it answers the critic's feedback.
 
-    Address every point of the feedback, focusing on the criteria flagged as issues; keep what is
+    Address every point of the feedback, above all the criteria it says failed; keep what is
     already good and make the smallest changes that fix the problems.
     """
 
     requirements: str = dspy.InputField(desc="The original requirements")
-    current_draft: str = dspy.InputField(desc="The draft to revise")
-    critic_feedback: str = dspy.InputField(desc="The critic's feedback on the current draft")
-    accuracy_issue: bool = dspy.InputField(desc="True if accuracy needs fixing")
-    completeness_issue: bool = dspy.InputField(desc="True if completeness needs fixing")
-    quality_issue: bool = dspy.InputField(desc="True if quality needs fixing")
+    draft: str = dspy.InputField(desc="The draft to revise")
+    feedback: str = dspy.InputField(desc="The critic's feedback on the draft, starting with the criteria that failed")
     history: dspy.History = dspy.InputField(desc="Your earlier revisions in this run")
 
-    response: str = dspy.OutputField(desc="One or two sentences on what you changed")
     improved_draft: str = dspy.OutputField(desc="The revised content, and nothing else")

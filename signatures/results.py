@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "CodeRequest",
     "ControllerDecision",
     "StructuredAnalysisResult",
     "TaskResult",
@@ -40,6 +41,61 @@ class TaskResult(_Frozen):
     def _normalise_status(cls, value: Any) -> Any:
         # LMs write "complete" or " Complete" as often as "COMPLETE".
         return value.strip().upper() if isinstance(value, str) else value
+
+
+class CodeRequest(_Frozen):
+    """What the built-in executor of the Execute–Validate–Controller loop is asked in one iteration.
+
+    The loop's public input is a str (the prompt) or a dict with a `prompt` str and, optionally, the
+    other fields: `files` (workspace files shown to the executor), `target_file` (the file it writes;
+    default the module's), `expected_names` (names the code must define), `feedback` (what failed
+    before) and `interface` (what the tests call, read from the workspace before the first attempt).
+    The loop builds the next iteration's request from it with `retry`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompt: str
+    feedback: str = ""
+    expected_names: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    target_file: str | None = None
+    interface: str = ""
+
+    @classmethod
+    def of(cls, value: Any) -> CodeRequest:
+        """A str, a dict with a `prompt` str, or a request, as a request; raises `ConfigurationError`."""
+        from loops.errors import ConfigurationError  # see ControllerDecision.coerce
+
+        if isinstance(value, CodeRequest):
+            return value
+        if isinstance(value, str):
+            return cls(prompt=value)
+        if isinstance(value, dict) and isinstance(value.get("prompt"), str):
+            try:
+                return cls.model_validate(value)
+            except ValueError as exc:
+                fields = ", ".join(cls.model_fields)
+                raise ConfigurationError(f"the built-in executor's input dict takes the keys {fields}; "
+                                         f"{_short_repr(value)} does not fit: {exc}") from None
+        raise ConfigurationError(
+            f"the built-in executor needs a str or a dict with a 'prompt' str, got {_short_repr(value)}; "
+            "pass your own executor for other inputs"
+        )
+
+    def task(self) -> str:
+        """The executor's `task` text: the prompt, the interface the tests expect, what failed before."""
+        text = self.prompt
+        if self.interface:
+            text += f"\n\n{self.interface}"
+        if self.feedback:
+            text += f"\n\nYour previous attempt failed:\n{self.feedback}"
+        return text
+
+    def retry(self, feedback: str, expected_names: list[str] | tuple[str, ...] = ()) -> CodeRequest:
+        """The next iteration's request: the same task, this feedback, the expected names so far plus these."""
+        names = tuple(dict.fromkeys([*self.expected_names, *expected_names]))
+        return self.model_copy(update={"feedback": feedback, "expected_names": names})
 
 
 class ValidationResult(_Frozen):
@@ -124,7 +180,7 @@ class ControllerDecision(_Frozen):
     def coerce(cls, raw: Any) -> ControllerDecision:
         """Turn what a controller returned into a decision, or raise `DecisionError` saying why not."""
         # Imported here, not at the top: `loops` imports this module, and a top-level import back
-        # into `loops` would make `import signatures.results` circular when it is imported first.
+        # into `loops` would make `import loops.signatures.results` circular when it is imported first.
         from loops.errors import DecisionError
 
         if isinstance(raw, ControllerDecision):

@@ -2,11 +2,14 @@
 
 A script is a list (answers in order) or a function of the request. An answer is a dict of output
 fields (rendered in ChatAdapter's format), raw text (to simulate garbage), or an exception (raised,
-to simulate an LM failure).
+to simulate an LM failure). When ChatAdapter cannot parse an answer it asks again through
+JSONAdapter: that second request is answered by the next entry, which must then be JSON text
+(`json.dumps(fields)`) to parse.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Callable
@@ -62,14 +65,22 @@ class ScriptedEngine:
 
 
 class AsyncScriptedEngine:
-    def __init__(self, sync: ScriptedEngine):
+    """The async side of a scripted LM; with `delay_s` every answer takes that long to arrive (the
+    request is recorded when it is made, so one abandoned in flight still shows in `requests`)."""
+
+    def __init__(self, sync: ScriptedEngine, delay_s: float = 0.0):
         self.sync = sync
+        self.delay_s = delay_s
 
     def __deepcopy__(self, memo: dict) -> AsyncScriptedEngine:
         return self
 
     async def complete(self, request: Any) -> Response:
-        return self.sync.complete(request)
+        if not self.delay_s:
+            return self.sync.complete(request)
+        response = self.sync.complete(request)
+        await asyncio.sleep(self.delay_s)
+        return response
 
     async def stream(self, request: Any):
         for event in self.sync.stream(request):
@@ -79,10 +90,13 @@ class AsyncScriptedEngine:
         pass
 
 
-def scripted_lm(script: Script, name: str = "scripted/test") -> dspy.LM:
-    """A `dspy.LM` answering from `script`; `lm.engine.requests` records what it was asked."""
+def scripted_lm(script: Script, name: str = "scripted/test", async_delay_s: float = 0.0) -> dspy.LM:
+    """A `dspy.LM` answering from `script`; `lm.engine.requests` records what it was asked.
+
+    `async_delay_s` makes every answer on the async path (`acall`) take that long."""
     engine = ScriptedEngine(script)
-    return dspy.LM(name, engine=engine, async_engine=AsyncScriptedEngine(engine), cache=False, num_retries=0)
+    return dspy.LM(name, engine=engine, async_engine=AsyncScriptedEngine(engine, async_delay_s), cache=False,
+                   num_retries=0)
 
 
 def calls(lm: dspy.LM) -> int:

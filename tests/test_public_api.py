@@ -1,19 +1,57 @@
+import typing
+
 import loops
+import loops.signatures
+from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
 
 
 def test_the_public_api_is_exactly_what_all_lists():
     assert set(loops.__all__) == {
-        "Budget", "CallableValidator", "CommandNotFoundError", "ConfigurationError", "CreatorCriticIterator",
-        "DecisionError", "DirectorExecutorEvaluatorController", "ExecuteValidateController", "LimitReached",
-        "LoopModule", "LoopsError", "MissingDependencyError", "Observer", "PytestValidator", "RetryPolicy",
-        "RoleFailed", "Run", "RunError", "ShellValidator", "Step", "Workspace", "observing", "tests_controller",
+        "Budget", "CREATOR_CRITIC", "CallableValidator", "CommandNotFoundError", "ConfigurationError", "ContractError",
+        "ControllerDecision", "CreatorCriticIterator", "DIRECTOR", "DecisionError",
+        "DirectorExecutorEvaluatorController", "EXECUTE_VALIDATE", "ExecuteValidateController", "LimitReached",
+        "LoopModule", "LoopsError", "MissingDependencyError", "Observer", "PhaseContract", "PytestValidator",
+        "RetryPolicy", "RoleFailed", "Run", "RunError", "STOP_REASONS", "ShellValidator", "Step", "StopReason",
+        "StructuredAnalysisResult", "TaskResult", "ValidationResult", "Workspace", "current_run", "observing",
+        "tests_controller",
     }
     assert all(hasattr(loops, name) for name in loops.__all__)
+
+
+def test_the_types_a_custom_phase_needs_are_the_ones_the_loops_use():
+    assert (loops.TaskResult, loops.ValidationResult, loops.ControllerDecision, loops.StructuredAnalysisResult) == (
+        TaskResult, ValidationResult, ControllerDecision, StructuredAnalysisResult)
+    assert loops.signatures.TaskResult is loops.TaskResult
+    assert loops.signatures.__name__ == "loops.signatures"
+
+
+def test_stop_reasons_are_one_documented_literal():
+    assert set(typing.get_args(loops.StopReason)) == set(loops.STOP_REASONS)
+    assert {"approved", "stopped", "max_iterations", "timeout", "context_limit", "lm_calls", "error"} <= set(
+        loops.STOP_REASONS)
+    assert all(isinstance(text, str) and text for text in loops.STOP_REASONS.values())
+
+
+def test_the_contract_tables_name_every_pluggable_phase():
+    assert list(loops.CREATOR_CRITIC) == ["creator", "critic", "iterator"]
+    assert list(loops.EXECUTE_VALIDATE) == ["executor", "validator", "controller"]
+    assert list(loops.DIRECTOR) == ["director", "executor", "evaluator", "controller"]
+    for table in (loops.CREATOR_CRITIC, loops.EXECUTE_VALIDATE, loops.DIRECTOR):
+        for role, contract in table.items():
+            assert isinstance(contract, loops.PhaseContract) and contract.role == role
+            assert contract.params[-1] == "iteration"
 
 
 def test_errors_form_one_hierarchy_split_into_misuse_and_run_failures():
     assert issubclass(loops.ConfigurationError, ValueError) and issubclass(loops.RunError, RuntimeError)
     assert issubclass(loops.MissingDependencyError, ImportError)
     assert issubclass(loops.CommandNotFoundError, FileNotFoundError)
-    for error in (loops.ConfigurationError, loops.RunError, loops.LimitReached, loops.RoleFailed, loops.DecisionError):
+    assert issubclass(loops.ContractError, TypeError)
+    for misuse in (loops.MissingDependencyError, loops.CommandNotFoundError, loops.ContractError, loops.DecisionError):
+        assert issubclass(misuse, loops.ConfigurationError)
+    for failure in (loops.LimitReached, loops.RoleFailed):
+        assert issubclass(failure, loops.RunError)
+    for error in (loops.ConfigurationError, loops.RunError, loops.LimitReached, loops.RoleFailed, loops.DecisionError,
+                  loops.ContractError):
         assert issubclass(error, loops.LoopsError)
+    assert not issubclass(loops.DecisionError, loops.RunError)  # a developer's bug, never a graceful stop

@@ -3,9 +3,10 @@ import pytest
 
 from loops.adapters import CompactJSONAdapter, PlainTextAdapter
 from loops.errors import ConfigurationError
-from signatures import CreatorSignature
-from signatures.execute_validate import ExecutorSignature
-from tests.scripted import request_text, scripted_lm
+from loops.lm import LlamaEngine, adapter_for
+from loops.signatures import CreatorSignature, CriticSignature
+from loops.signatures.execute_validate import ExecutorSignature
+from tests.scripted import chat_format, request_text, scripted_lm
 
 
 def test_the_request_is_plain_text_without_field_markers():
@@ -60,11 +61,32 @@ def test_signatures_with_non_text_secondary_outputs_are_refused():
 
 
 def test_compact_json_names_the_keys_without_placeholders_small_models_would_copy():
+    # The creator is a ChainOfThought: its predictor's signature adds `reasoning` before `draft`.
+    signature = dspy.ChainOfThought(CreatorSignature).predict.signature
     inputs = {"requirements": "a haiku", "context": "", "history": dspy.History(messages=[])}
-    messages = CompactJSONAdapter().format(CreatorSignature, demos=[], inputs=inputs)
+    messages = CompactJSONAdapter().format(signature, demos=[], inputs=inputs)
     text = "\n".join(message["content"] for message in messages)
 
-    assert "{draft}" not in text and "{response}" not in text
-    assert "Respond with a JSON object with the keys `response`, `draft`." in text
-    answer = CompactJSONAdapter().parse(CreatorSignature, '{"response": "r", "draft": "d"}')
-    assert answer == {"response": "r", "draft": "d"}
+    assert "{draft}" not in text and "{reasoning}" not in text
+    assert "Respond with a JSON object with the keys `reasoning`, `draft`." in text
+    answer = CompactJSONAdapter().parse(signature, '{"reasoning": "r", "draft": "d"}')
+    assert answer == {"reasoning": "r", "draft": "d"}
+
+
+def test_the_critics_keys_do_not_collide_with_chat_adapters_end_marker():
+    # ChatAdapter ends every answer with `[[ ## completed ## ]]`: no output field may be named so.
+    messages = dspy.ChatAdapter().format(CriticSignature, demos=[], inputs={"requirements": "r", "draft": "d"})
+
+    assert [message["content"].count("[[ ## completed ## ]]") for message in messages] == [1, 1]  # the marker only
+    answer = dspy.ChatAdapter().parse(
+        CriticSignature, chat_format({"accuracy_passed": True, "completeness_passed": True, "quality_passed": False,
+                                      "feedback": "ends with the marker", "approved": False}))
+    assert answer["approved"] is False and answer["feedback"] == "ends with the marker"
+
+
+def test_adapter_for_gives_the_embedded_model_compact_json_and_any_other_lm_none():
+    assert adapter_for(scripted_lm([])) is None
+    assert adapter_for(None) is None
+    embedded = dspy.LM("local/smollm2-135m-instruct", engine=LlamaEngine(llama=object()), cache=False)
+    assert isinstance(adapter_for(embedded), CompactJSONAdapter)
+    assert adapter_for(embedded) is adapter_for(embedded)  # one instance: the rule is written once

@@ -1,4 +1,4 @@
-"""The `loops` command on the real embedded model (short runs)."""
+"""The `loops` command on the real embedded model (short runs); exit codes: test_cli_exit_codes.py."""
 
 import json
 import sys
@@ -14,10 +14,10 @@ pytestmark = pytest.mark.embedded
 def test_refine_prints_the_final_draft_and_writes_the_trace(tmp_path):
     trace = tmp_path / "trace.jsonl"
 
-    outcome = CliRunner().invoke(app, ["refine", "Write one sentence about tea.", "--max-iterations", "0",
+    outcome = CliRunner().invoke(app, ["refine", "Write one sentence about tea.", "--max-iterations", "1",
                                        "--trace", str(trace)])
 
-    assert outcome.exit_code == 0, outcome.output
+    assert outcome.exit_code == (0 if "final draft (approved)" in outcome.output else 1), outcome.output
     assert "final draft" in outcome.output and "stop reason" in outcome.output
     steps = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [step["role"] for step in steps] == ["creator", "critic"]
@@ -36,21 +36,12 @@ def test_fix_works_in_the_given_workspace_and_exits_by_the_tests_verdict(tmp_pat
     assert outcome.exit_code == (0 if "tests pass" in outcome.output else 1), outcome.output
 
 
-def test_fix_with_a_missing_test_executable_ends_with_a_clear_error(tmp_path):
-    outcome = CliRunner().invoke(app, ["fix", "Write add(a, b).", "--test-command", "no-such-test-tool -q",
-                                       "--workspace", str(tmp_path), "--max-iterations", "2"])
-
-    assert outcome.exit_code == 1
-    assert "stop reason: error" in outcome.output
-    assert "no-such-test-tool" in outcome.output
-
-
 def test_direct_runs_the_director_loop(tmp_path):
     trace = tmp_path / "trace.jsonl"
 
     outcome = CliRunner().invoke(app, ["direct", "Three names for a coffee shop", "--max-iterations", "1",
                                        "--trace", str(trace)])
 
-    assert outcome.exit_code == 0, outcome.output
+    assert outcome.exit_code == (1 if "not passed" in outcome.output else 0), outcome.output
     roles = [json.loads(line)["role"] for line in trace.read_text().splitlines()]
     assert roles[:3] == ["director", "executor", "evaluator"]

@@ -6,40 +6,42 @@ import pytest
 from dspy.lm15 import RateLimitError, TransportError
 from dspy.utils import exceptions as dspy_errors
 
-from loops import Budget, CreatorCriticIterator, LimitReached, RetryPolicy, observing
-from signatures import CriticSignature, IteratorSignature
-from tests.scripted import calls, request_text, scripted_lm
+from loops import Budget, ConfigurationError, CreatorCriticIterator, LimitReached, RetryPolicy, observing
+from loops.signatures import CriticSignature, IteratorSignature
+from tests.scripted import Phase, calls, request_text, scripted_lm
 
 NO_WAIT = RetryPolicy(backoff_s=0)
 
 
 def created(draft="draft 0"):
-    return {"reasoning": "plan", "response": "approach", "draft": draft}
+    return {"reasoning": "plan", "draft": draft}
 
 
 def verdict(approved=False, passed=0, feedback="make it better"):
     """A critic answer with `passed` of the three criteria met (all three when approved)."""
     flags = [approved or passed > n for n in range(3)]
     return {
-        "accuracy_completed": flags[0],
-        "completeness_completed": flags[1],
-        "quality_completed": flags[2],
-        "response": "assessment",
+        "accuracy_passed": flags[0],
+        "completeness_passed": flags[1],
+        "quality_passed": flags[2],
         "feedback": "" if approved else feedback,
-        "completed": approved,
+        "approved": approved,
     }
 
 
 def revised(draft):
-    return {"response": "changed things", "improved_draft": draft}
+    return {"improved_draft": draft}
 
 
-def loop_with(creator, critic, iterator, **options):
-    """A module whose three roles each answer from their own scripted LM."""
+def loop_with(creator, critic, iterator, /, **options):
+    """A module whose LLM roles each answer from their own scripted LM; a role given as a phase in
+    `options` (its script None) is not an LM."""
     module = CreatorCriticIterator(retry=NO_WAIT, **options)
-    lms = {"creator": scripted_lm(creator), "critic": scripted_lm(critic), "iterator": scripted_lm(iterator)}
-    for role, lm in lms.items():
-        getattr(module, role).set_lm(lm)
+    lms = {}
+    for role, script in (("creator", creator), ("critic", critic), ("iterator", iterator)):
+        if script is not None:
+            lms[role] = scripted_lm(script)
+            getattr(module, role).set_lm(lms[role])
     return module, lms
 
 
@@ -52,33 +54,51 @@ def test_approved_by_the_first_critic():
 
     result = module(requirements="a haiku about rain")
 
-    assert (result.final_draft, result.approved, result.iterations) == ("D0", True, 0)
+    assert (result.final, result.success, result.iterations) == ("D0", True, 1)
+    assert (result.final_draft, result.approved) == (result.final, result.success)  # the aliases
     assert result.stop_reason == "approved"
     assert result.warnings == []
     assert call_counts(lms) == {"creator": 1, "critic": 1, "iterator": 0}
-    assert [(step.role, step.iteration) for step in result.trace] == [("creator", 0), ("critic", 0)]
+    assert [(step.role, step.iteration) for step in result.trace] == [("creator", 1), ("critic", 1)]
+    assert result.best_attempt["iteration"] == 1 and result.best_attempt["draft"] == "D0"
+    assert result.best_attempt["verdict"].approved is True
 
 
 def test_approved_after_two_revisions():
     module, lms = loop_with(
         [created("D0")],
-        [verdict(feedback="too long"), verdict(feedback="wrong tone"), verdict(approved=True)],
+        [verdict(feedback="too long"), verdict(passed=2, feedback="wrong tone"), verdict(approved=True)],
         [revised("D1"), revised("D2")],
     )
 
     result = module(requirements="a haiku about rain")
 
-    assert (result.final_draft, result.approved, result.iterations, result.stop_reason) == ("D2", True, 2, "approved")
+    assert (result.final_draft, result.approved, result.iterations, result.stop_reason) == ("D2", True, 3, "approved")
     assert call_counts(lms) == {"creator": 1, "critic": 3, "iterator": 2}
+    assert [(step.role, step.iteration) for step in result.trace] == [
+        ("creator", 1), ("critic", 1), ("iterator", 2), ("critic", 2), ("iterator", 3), ("critic", 3)]
     iterator_inputs = [step.inputs for step in result.trace if step.role == "iterator"]
-    assert [inputs["critic_feedback"] for inputs in iterator_inputs] == ["too long", "wrong tone"]
-    assert [inputs["current_draft"] for inputs in iterator_inputs] == ["D0", "D1"]
-    assert iterator_inputs[0]["accuracy_issue"] is True
+    assert [set(inputs) for inputs in iterator_inputs] == [{"requirements", "draft", "feedback"}] * 2
+    assert [inputs["feedback"] for inputs in iterator_inputs] == [
+        "Failed criteria: accuracy, completeness, quality.\ntoo long", "Failed criteria: quality.\nwrong tone"]
+    assert [inputs["draft"] for inputs in iterator_inputs] == ["D0", "D1"]
+    assert result.best_attempt["iteration"] == 3
 
 
-@pytest.mark.parametrize("max_iterations", [0, 1, 4])
+def test_feedback_without_failed_criteria_reaches_the_iterator_unprefixed():
+    # All three criteria passed, yet not approved: nothing to name, the feedback alone goes on.
+    module, _ = loop_with([created("D0")], [{**verdict(passed=3), "feedback": "tighten it"}, verdict(approved=True)],
+                          [revised("D1")])
+
+    result = module(requirements="r")
+
+    assert result.trace[2].inputs["feedback"] == "tighten it"
+    assert result.final == "D1"
+
+
+@pytest.mark.parametrize("max_iterations", [1, 2, 4])
 def test_never_approved_stops_at_max_iterations_with_exact_calls(max_iterations):
-    drafts = [f"D{n}" for n in range(max_iterations + 1)]
+    drafts = [f"D{n}" for n in range(max_iterations)]
     module, lms = loop_with(
         [created(drafts[0])],
         [verdict(passed=1) for _ in drafts],
@@ -88,12 +108,25 @@ def test_never_approved_stops_at_max_iterations_with_exact_calls(max_iterations)
 
     result = module(requirements="r")
 
-    assert call_counts(lms) == {"creator": 1, "critic": max_iterations + 1, "iterator": max_iterations}
+    # Iteration 1 is creator + critic; each further one is iterator + critic.
+    assert call_counts(lms) == {"creator": 1, "critic": max_iterations, "iterator": max_iterations - 1}
     assert result.iterations == max_iterations
     assert result.stop_reason == "max_iterations"
     assert result.approved is False
     assert result.final_draft == drafts[-1]  # all judged equal: ties go to the latest
-    assert any("max_iterations" in warning for warning in result.warnings)
+    assert result.best_attempt["iteration"] == max_iterations
+    assert result.warnings == [f"stopped at max_iterations={max_iterations}"]
+
+
+def test_zero_iterations_run_nothing():
+    module, lms = loop_with([], [], [], max_iterations=0)
+
+    result = module(requirements="r")
+
+    assert (result.final, result.success, result.best_attempt, result.iterations) == (None, False, None, 0)
+    assert result.stop_reason == "max_iterations"
+    assert result.trace == [] and result.lm_calls == 0
+    assert call_counts(lms) == {"creator": 0, "critic": 0, "iterator": 0}
 
 
 def test_never_approved_returns_the_draft_the_critic_judged_best():
@@ -101,22 +134,41 @@ def test_never_approved_returns_the_draft_the_critic_judged_best():
         [created("D0")],
         [verdict(passed=1), verdict(passed=2), verdict(passed=0)],
         [revised("D1"), revised("D2")],
-        max_iterations=2,
+        max_iterations=3,
     )
 
     result = module(requirements="r")
 
     assert (result.final_draft, result.approved, result.stop_reason) == ("D1", False, "max_iterations")
+    assert result.best_attempt["iteration"] == 2 and result.best_attempt["verdict"].completeness_passed
 
 
 def test_max_iterations_can_be_overridden_per_call():
     module, lms = loop_with([created()], [verdict(), verdict()], [revised("D1")], max_iterations=5)
 
-    result = module(requirements="r", max_iterations=1)
+    result = module(requirements="r", max_iterations=2)
 
-    assert result.iterations == 1
+    assert result.iterations == 2
     assert call_counts(lms) == {"creator": 1, "critic": 2, "iterator": 1}
     assert module.budget.max_iterations == 5
+
+
+def test_a_budget_given_to_the_constructor_is_not_overridden_by_a_default_max_iterations():
+    drafts = [f"D{n}" for n in range(7)]
+    module, lms = loop_with([created("D0")], [verdict()] * 7, [revised(draft) for draft in drafts[1:]],
+                            budget=Budget(max_iterations=7))
+
+    result = module(requirements="r")
+
+    assert (result.iterations, result.stop_reason, result.final) == (7, "max_iterations", "D6")
+    assert call_counts(lms) == {"creator": 1, "critic": 7, "iterator": 6}
+    assert module.budget.max_iterations == 7
+
+
+def test_an_explicit_max_iterations_overrides_the_constructors_budget():
+    module = CreatorCriticIterator(max_iterations=2, budget=Budget(max_iterations=7, timeout_s=9))
+
+    assert (module.budget.max_iterations, module.budget.timeout_s) == (2, 9)
 
 
 class FakeClock:
@@ -170,14 +222,16 @@ def test_context_limit_ends_the_loop_and_warns_first():
     assert result.final_draft == long
 
 
-def test_strict_mode_raises_at_a_limit_with_the_partial_result():
-    module, _ = loop_with([created("D0")], [verdict()], [], max_iterations=0, strict=True)
+def test_strict_mode_raises_at_a_limit_with_the_partial_result_and_each_warning_once():
+    module, _ = loop_with([created("D0")], [verdict()], [], max_iterations=1, strict=True)
 
     with pytest.raises(LimitReached) as raised:
         module(requirements="r")
 
     assert raised.value.reason == "max_iterations"
     assert raised.value.prediction.final_draft == "D0"
+    assert raised.value.prediction.warnings == ["stopped at max_iterations=1"]
+    assert str(raised.value) == "stopped at max_iterations=1"
 
 
 def test_a_transient_lm_error_is_retried():
@@ -189,19 +243,22 @@ def test_a_transient_lm_error_is_retried():
     critic_step = result.trace[1]
     assert (critic_step.role, critic_step.attempts, critic_step.error) == ("critic", 2, None)
     assert calls(lms["critic"]) == 2
+    assert critic_step.lm_calls == 2 and result.lm_calls == 3  # the failed request counts too
 
 
 def test_transient_errors_beyond_the_retries_end_the_loop_with_the_work_kept():
-    module, _ = loop_with([created("D0")], [TransportError("connection reset")] * 3, [])
+    module, lms = loop_with([created("D0")], [TransportError("connection reset")] * 3, [])
 
     result = module(requirements="r")
 
     assert result.stop_reason == "error"
     assert result.final_draft == "D0"  # the unjudged draft is better than nothing
+    assert result.best_attempt == {"iteration": 1, "draft": "D0", "verdict": None}
     assert result.approved is False
     assert isinstance(result.error.__cause__, dspy_errors.LMTransportError)
     assert "critic failed after 3 attempt(s)" in str(result.error)
     assert result.trace[-1].role == "critic" and "connection reset" in result.trace[-1].error
+    assert result.lm_calls == sum(call_counts(lms).values()) == 4
 
 
 def test_an_unparseable_answer_is_asked_again_once():
@@ -212,11 +269,12 @@ def test_an_unparseable_answer_is_asked_again_once():
 
     assert (result.stop_reason, result.approved) == ("approved", True)
     assert calls(lms["critic"]) == 3
-    assert any("could not be parsed" in warning for warning in result.warnings)
+    assert result.lm_calls == 4  # the JSON fallback and the retry are requests too
+    assert result.warnings == ["critic: answer could not be parsed; asked again"]
 
 
 def test_an_answer_that_stays_unparseable_ends_the_loop_gracefully():
-    module, _ = loop_with([created("D0")], ["garbage"] * 4, [])
+    module, lms = loop_with([created("D0")], ["garbage"] * 4, [])
 
     result = module(requirements="r")
 
@@ -224,6 +282,52 @@ def test_an_answer_that_stays_unparseable_ends_the_loop_gracefully():
     assert result.final_draft == "D0"
     assert "critic failed after 2 attempt(s): its answer could not be parsed" in str(result.error)
     assert [step.role for step in result.trace] == ["creator", "critic"]
+    assert result.lm_calls == sum(call_counts(lms).values()) == 5
+
+
+# --- the critic's verdict ------------------------------------------------------------------------
+
+
+def test_a_verdict_that_approves_but_fails_a_criterion_is_not_approved_and_is_noted():
+    contradicting = {**verdict(passed=2), "approved": True}  # "approved", yet quality failed
+    module, lms = loop_with([created("D0")], [contradicting, verdict(approved=True)], [revised("D1")])
+
+    result = module(requirements="r")
+
+    assert (result.final, result.success, result.iterations) == ("D1", True, 2)
+    assert call_counts(lms) == {"creator": 1, "critic": 2, "iterator": 1}
+    first_review = result.trace[1]
+    assert first_review.role == "critic"
+    assert first_review.note == "the critic approved but failed quality: not approved"
+    assert first_review.outputs["approved"] is True  # the trace shows what the critic said
+    assert result.trace[3].note is None
+    assert result.warnings == ["iteration 1: the critic's verdict contradicts itself (approved, but quality "
+                               "failed); treated as not approved"]
+    assert result.trace[2].inputs["feedback"].startswith("Failed criteria: quality.\n")
+    assert result.trace[1].to_dict()["note"] == first_review.note
+
+
+def test_a_contradicting_verdict_at_the_last_iteration_does_not_count_as_success():
+    contradicting = {**verdict(passed=0), "approved": True}
+    module, _ = loop_with([created("D0")], [contradicting], [], max_iterations=1)
+
+    result = module(requirements="r")
+
+    assert (result.final, result.success, result.stop_reason) == ("D0", False, "max_iterations")
+    assert result.best_attempt["verdict"].approved is False
+    assert len(result.warnings) == 2  # the contradiction, then max_iterations
+
+
+def test_all_criteria_passed_without_approved_is_not_approved():
+    module, _ = loop_with([created("D0")], [{**verdict(passed=3), "approved": False}], [], max_iterations=1)
+
+    result = module(requirements="r")
+
+    assert (result.success, result.stop_reason) == (False, "max_iterations")
+    assert result.trace[1].note is None
+
+
+# --- forward and aforward, concurrency, histories ------------------------------------------------
 
 
 def scripts():
@@ -248,6 +352,7 @@ def test_forward_and_aforward_run_the_same_loop():
     sync_result = sync_module(requirements="r", context="c")
     async_result = asyncio.run(async_module.acall(requirements="r", context="c"))
 
+    assert summary(sync_result)[:4] == ("D2", True, 3, "approved")
     assert summary(sync_result) == summary(async_result)
     assert call_counts(sync_lms) == call_counts(async_lms) == {"creator": 1, "critic": 3, "iterator": 2}
 
@@ -262,7 +367,7 @@ async def test_twenty_concurrent_runs_keep_their_histories_apart():
         if "You are the ITERATOR" in text:
             own_earlier_turns = sum(message.role == "assistant" for message in request.messages)
             return revised(f"{task} v{own_earlier_turns + 1}")
-        return verdict(approved=f"{task} v2" in text.split("[[ ## current_draft ## ]]")[-1])
+        return verdict(approved=f"{task} v2" in text.split("[[ ## draft ## ]]")[-1])
 
     module = CreatorCriticIterator(retry=NO_WAIT)
     lm = scripted_lm(respond)
@@ -271,8 +376,9 @@ async def test_twenty_concurrent_runs_keep_their_histories_apart():
         results = await asyncio.gather(*(module.acall(requirements=f"write task-{n}") for n in range(20)))
 
     assert [result.final_draft for result in results] == [f"task-{n} v2" for n in range(20)]
-    assert all(result.approved and result.iterations == 2 for result in results)
+    assert all(result.approved and result.iterations == 3 for result in results)
     assert calls(lm) == 20 * 6
+    assert sum(result.lm_calls for result in results) == calls(lm)
 
 
 def test_each_role_history_holds_its_own_earlier_turns():
@@ -281,13 +387,13 @@ def test_each_role_history_holds_its_own_earlier_turns():
     result = module(requirements="r")
 
     critic_turns = result.histories["critic"].messages
-    assert [turn["current_draft"] for turn in critic_turns] == ["D0", "D1", "D2"]
+    assert [turn["draft"] for turn in critic_turns] == ["D0", "D1", "D2"]
     assert [turn["feedback"] for turn in critic_turns[:2]] == ["f1", "f2"]
-    assert "draft" not in critic_turns[0]  # no other role's fields
+    assert "reasoning" not in critic_turns[0] and "improved_draft" not in critic_turns[0]  # no other role's fields
     messages = dspy.ChatAdapter().format(
         CriticSignature,
         demos=[],
-        inputs={"requirements": "r", "current_draft": "D3", "history": result.histories["critic"]},
+        inputs={"requirements": "r", "draft": "D3", "history": result.histories["critic"]},
     )
     rendered = "\n".join(str(message["content"]) for message in messages)
     for earlier in ("D0", "D1", "D2", "f1", "f2"):
@@ -295,8 +401,7 @@ def test_each_role_history_holds_its_own_earlier_turns():
     iterator_messages = dspy.ChatAdapter().format(
         IteratorSignature,
         demos=[],
-        inputs={"requirements": "r", "current_draft": "D2", "critic_feedback": "f3", "accuracy_issue": False,
-                "completeness_issue": False, "quality_issue": True, "history": result.histories["iterator"]},
+        inputs={"requirements": "r", "draft": "D2", "feedback": "f3", "history": result.histories["iterator"]},
     )
     rendered = "\n".join(str(message["content"]) for message in iterator_messages)
     for earlier in ("D0", "D1", "f1", "f2"):
@@ -308,9 +413,11 @@ def test_each_role_history_holds_its_own_earlier_turns():
 
 def test_roles_are_named_predictors_and_save_load_round_trips(tmp_path):
     module = CreatorCriticIterator()
-    module.critic.demos = [dspy.Example(requirements="r", current_draft="d", **verdict(approved=True))]
+    module.critic.demos = [dspy.Example(requirements="r", draft="d", **verdict(approved=True))]
 
     assert [name for name, _ in module.named_predictors()] == ["creator.predict", "critic", "iterator"]
+    assert isinstance(module.creator, dspy.ChainOfThought)
+    assert list(module.creator.predict.signature.output_fields) == ["reasoning", "draft"]
 
     path = tmp_path / "cci.json"
     module.save(path)
@@ -318,7 +425,7 @@ def test_roles_are_named_predictors_and_save_load_round_trips(tmp_path):
     loaded.load(path)
 
     assert loaded.dump_state() == module.dump_state()
-    assert loaded.critic.demos[0]["current_draft"] == "d"
+    assert loaded.critic.demos[0]["draft"] == "d"
 
 
 def test_observers_see_every_role_start_and_finish():
@@ -335,8 +442,9 @@ def test_observers_see_every_role_start_and_finish():
     with observing(Recorder()):
         module(requirements="r")
 
-    assert events[:4] == [("start", "creator", 0), ("end", "creator", 0), ("start", "critic", 0), ("end", "critic", 0)]
+    assert events[:4] == [("start", "creator", 1), ("end", "creator", 1), ("start", "critic", 1), ("end", "critic", 1)]
     assert len(events) == 12
+    assert events[-1] == ("end", "critic", 3)
 
 
 def test_trace_steps_are_json_ready():
@@ -347,14 +455,15 @@ def test_trace_steps_are_json_ready():
     step = result.trace[0].to_dict()
     assert step["role"] == "creator" and step["outputs"]["draft"] == "D0"
     assert step["tokens"] == {"input": 10, "output": 5}
+    assert step["note"] is None
 
 
 def test_a_whole_budget_can_be_passed_per_call():
     module, _ = loop_with([created("D0")], [verdict()], [])
 
-    result = module(requirements="r", budget=Budget(max_iterations=0))
+    result = module(requirements="r", budget=Budget(max_iterations=1))
 
-    assert (result.stop_reason, result.iterations) == ("max_iterations", 0)
+    assert (result.stop_reason, result.iterations, result.final) == ("max_iterations", 1, "D0")
 
 
 def test_a_retry_is_not_made_once_the_time_is_up():
@@ -369,4 +478,86 @@ def test_a_retry_is_not_made_once_the_time_is_up():
     result = module(requirements="r", timeout_s=150)
 
     assert (result.stop_reason, result.final_draft) == ("timeout", "D0")
+    assert calls(lms["critic"]) == 1
+
+
+# --- a developer's mistakes ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("inputs", "message"), [
+    ({"requirements": None}, "requirements must be a non-empty str, got None"),
+    ({"requirements": "  "}, "requirements must be a non-empty str"),
+    ({"requirements": 42}, "requirements must be a non-empty str, got 42"),
+    ({"requirements": "r", "context": None}, "context must be a str"),
+])
+def test_a_malformed_input_raises_before_any_lm_call(inputs, message):
+    module, lms = loop_with([created()], [verdict()], [])
+
+    with pytest.raises(ConfigurationError, match=message):
+        module(**inputs)
+
+    assert call_counts(lms) == {"creator": 0, "critic": 0, "iterator": 0}
+
+
+# --- pluggable phases ----------------------------------------------------------------------------
+
+
+def test_python_phases_get_the_contracts_arguments_positionally_whatever_their_names():
+    creator = Phase("draft 1")
+    critic = Phase((False, "shorter"), (True, ""))
+    iterator = Phase("draft 2")
+    module = CreatorCriticIterator(creator=creator, critic=critic, iterator=iterator)
+
+    result = module(requirements="r", context="c")
+
+    assert creator.args == [("r", "c", 1)]
+    assert critic.args == [("r", "draft 1", 1), ("r", "draft 2", 2)]
+    assert iterator.args == [("r", "draft 1", (False, "shorter"), 2)]  # the critic's value, unchanged
+    assert (result.final, result.success, result.iterations, result.stop_reason) == ("draft 2", True, 2, "approved")
+    assert result.best_attempt == {"iteration": 2, "draft": "draft 2", "verdict": (True, "")}
+    assert result.lm_calls == 0
+    assert [name for name, _ in module.named_predictors()] == []  # no LLM role was built
+
+
+class Verdict:
+    def __init__(self, approved, feedback):
+        self.approved, self.feedback = approved, feedback
+
+
+@pytest.mark.parametrize("approving", [True, (True, "fine"), Verdict(True, "fine"), {"approved": True}])
+def test_a_custom_critic_may_return_a_bool_a_pair_or_an_object(approving):
+    module, lms = loop_with([created("D0")], None, [revised("D1")], critic=Phase(False, approving))
+
+    result = module(requirements="r")
+
+    assert (result.final, result.success, result.iterations) == ("D1", True, 2)
+    assert calls(lms["creator"]) == 1 and calls(lms["iterator"]) == 1
+
+
+def test_the_builtin_iterator_gets_a_custom_critics_feedback_as_text():
+    module, lms = loop_with([created("D0")], None, [revised("D1")], critic=Phase(Verdict(False, "too long"), True))
+
+    result = module(requirements="r")
+
+    assert result.trace[2].inputs["feedback"] == "too long"
+    assert "too long" in request_text(lms["iterator"].engine.requests[0])
+
+
+def test_a_custom_critic_returning_something_else_raises_saying_what_to_return():
+    module, _ = loop_with([created("D0")], None, [], critic=Phase("looks good"))
+
+    with pytest.raises(ConfigurationError, match=r"the critic returned 'looks good'; a verdict: a bool"):
+        module(requirements="r")
+
+
+async def test_async_phases_are_awaited_by_aforward():
+    async def create(requirements, context, iteration):
+        await asyncio.sleep(0)
+        return f"{requirements}!"
+
+    module, lms = loop_with(None, [verdict(approved=True)], [], creator=create)
+
+    result = await module.acall(requirements="r")
+
+    assert (result.final, result.success, result.iterations) == ("r!", True, 1)
     assert calls(lms["critic"]) == 1

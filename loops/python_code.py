@@ -1,0 +1,318 @@
+"""Python-specific helpers of the code loop: turning a model's answer into code, a test run into an
+instruction, and a workspace's tests into the interface the code must have.
+
+None of this needs an LM: the Execute–Validate–Controller loop uses these helpers around the model
+(`extract_code` on every answer, `align_names` on every attempt, `failure_digest` after a failed test
+run, `read_interface` before the first attempt).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import fnmatch
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from loops.signatures.results import ValidationResult
+
+__all__ = [
+    "Interface",
+    "align_names",
+    "defined_functions",
+    "extract_code",
+    "failure_digest",
+    "names_the_tests_miss",
+    "read_interface",
+]
+
+DIGEST_CHARS = 800
+TEST_FILE_PATTERNS = ("test_*.py", "*_test.py")
+MAX_TEST_FILES = 20
+MAX_TEST_FILE_BYTES = 200_000
+_SKIPPED_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", "site-packages"})
+_BUILTINS = frozenset(dir(builtins))
+
+
+# --- turning a model's answer into code -------------------------------------------------------------
+
+
+def extract_code(text: str) -> str:
+    """The code in an answer: inside the first fence if there is one, without leading prose, cut back
+    to the longest prefix that parses (small models trail off mid-repetition), and without the
+    example usage that would run on import."""
+    fence = re.search(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", text, re.S)
+    lines = (fence.group(1) if fence else text).splitlines()
+    code_line = re.compile(r"\s*(def |class |import |from |@|async def |[A-Za-z_][\w.]*\s*=)")
+    start = next((n for n, line in enumerate(lines) if code_line.match(line)), 0)
+    lines = lines[start:]
+    if not _parses(lines):
+        # Try the prefixes ending before each top-level statement, longest first.
+        cuts = [n for n, line in enumerate(lines) if n and line[:1].strip() and not line.startswith(("#", ")"))]
+        lines = next((lines[:cut] for cut in reversed(cuts) if _parses(lines[:cut])), lines)
+    return _without_examples("\n".join(lines)).strip() + "\n"
+
+
+def _without_examples(code: str) -> str:
+    """Drop top-level calls, asserts and `if __name__ == "__main__":` blocks.
+
+    Small models end a file with `print(f(5))  # Example usage`, which runs when the tests import
+    the file and, with a wrong call, hides a right function behind an import-time error.
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code
+    dropped: set[int] = set()
+    for node in tree.body:
+        docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        main_guard = isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
+        if (isinstance(node, ast.Expr) and not docstring) or isinstance(node, ast.Assert) or main_guard:
+            dropped.update(range(node.lineno - 1, node.end_lineno))
+    return "\n".join(line for number, line in enumerate(code.splitlines()) if number not in dropped)
+
+
+def _parses(lines: list[str]) -> bool:
+    try:
+        ast.parse("\n".join(lines))
+    except SyntaxError:
+        return False
+    return True
+
+
+def defined_functions(code: str) -> list[str]:
+    """The top-level functions a file defines, in order; [] when it does not parse."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    return [node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def align_names(code: str, names: list[str] | tuple[str, ...]) -> tuple[str, list[str]]:
+    """Alias the file's one function to the names the tests call but the file does not define.
+
+    A small model often writes the right function under its own name (tests call `Split`, it writes
+    `odd_list`) and repeats that name however it is told. Returns the code and the aliases added.
+    """
+    defined = defined_functions(code)
+    missing = [name for name in names if name not in defined]
+    spare = [function for function in defined if function not in names]
+    if not missing or len(spare) != 1:
+        return code, []
+    aliases = [f"{name} = {spare[0]}" for name in missing]
+    return code.rstrip("\n") + "\n\n" + "\n".join(aliases) + "\n", aliases
+
+
+# --- turning a test run into an instruction ---------------------------------------------------------
+
+
+def names_the_tests_miss(validation: ValidationResult, code: str) -> list[str]:
+    """Names the tests use (a NameError, a failed import) that the code never mentions."""
+    output = f"{validation.stdout}\n{validation.stderr}"
+    found = re.findall(r"NameError: name '(\w+)' is not defined|cannot import name '(\w+)'", output)
+    names = dict.fromkeys(name for pair in found for name in pair if name)
+    return [name for name in names if not re.search(rf"\b{re.escape(name)}\b", code)]
+
+
+def failure_digest(validation: ValidationResult, code: str = "") -> str:
+    """A short, actionable account of why the validation failed, for the executor's next attempt."""
+    if validation.ok:
+        return ""
+    output = f"{validation.stdout}\n{validation.stderr}"
+    notes: list[str] = []
+    if validation.timed_out:
+        notes.append(f"The tests timed out ({validation.error}): look for an endless loop or recursion.")
+    try:
+        ast.parse(code)
+    except SyntaxError as error:
+        notes.append(f"Your code does not parse: {error.msg} at line {error.lineno}. Output only Python code.")
+    defined = defined_functions(code)
+    missed = names_the_tests_miss(validation, code)
+    for name in missed:
+        have = ", ".join(f"`{function}`" for function in defined) or "no function"
+        notes.append(f"The tests call `{name}` but your file defines {have}: name the function `{name}`.")
+    for name in dict.fromkeys(re.findall(r"NameError: name '(\w+)' is not defined", output)):
+        if name not in missed:
+            notes.append(f"NameError: your code uses `{name}` without defining or importing it.")
+    if "RecursionError" in output:
+        notes.append("RecursionError: your function calls itself without end; do not call it recursively.")
+    for kind in ("TypeError", "AttributeError", "IndexError", "KeyError", "ValueError", "ModuleNotFoundError"):
+        match = re.search(rf"^E?\s*({kind}: .*)$", output, re.M)
+        if match:
+            notes.append(f"{match.group(1).strip()}.")
+    failing = list(dict.fromkeys(re.findall(r"^>\s+(assert .*)$", output, re.M)))[:3]
+    notes.extend(f"This test fails: {assertion.strip()}" for assertion in failing)
+    if not notes:
+        tail = [line for line in output.splitlines() if line.strip()][-5:]
+        notes.append(f"The tests failed (exit code {validation.exit_code}):\n" + "\n".join(tail))
+    return "\n".join(notes)[:DIGEST_CHARS]
+
+
+# --- reading the interface the tests expect ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interface:
+    """What the tests need of the target file: the names they import from it or call, each with the
+    first call's arguments rendered by kind (`Split(list)`), and the import lines that name it."""
+
+    calls: tuple[tuple[str, str], ...] = ()  # (name, rendered call) in order of first appearance
+    imports: tuple[str, ...] = ()
+    test_files: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.calls)
+
+    def __bool__(self) -> bool:
+        return bool(self.calls)
+
+    def describe(self, target_file: str) -> str:
+        """The instruction for the executor: which names, called how, the file must define."""
+        if not self.calls:
+            return ""
+        shown = ", ".join(f"`{rendered}`" for _, rendered in self.calls)
+        return f"The tests call {shown}: define exactly these names in {target_file}, with these arguments."
+
+
+def read_interface(workspace: str | Path, test_command: str = "", target_file: str = "solution.py") -> Interface:
+    """The interface the tests expect of `target_file`, read from the workspace's test files
+    (`test_*.py`, `*_test.py`, and the `.py` files the test command names) and from a `python -c`
+    program in the test command. Never raises: unreadable or unparseable sources are skipped."""
+    module = PurePosixPath(target_file).with_suffix("").as_posix().replace("/", ".")
+    found = _test_sources(Path(workspace), test_command, target_file)
+    sources, files = [source for _, source in found], tuple(name for name, _ in found)
+    calls: dict[str, str] = {}
+    imports: list[str] = []
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        found_calls, found_imports = _interface_of(tree, module)
+        for name, rendered in found_calls:
+            calls.setdefault(name, rendered)
+        imports.extend(line for line in found_imports if line not in imports)
+    return Interface(calls=tuple(calls.items()), imports=tuple(imports), test_files=files)
+
+
+def _test_sources(workspace: Path, test_command: str, target_file: str) -> list[tuple[str, str]]:
+    found: dict[str, str] = {}
+    try:
+        words = shlex.split(test_command or "")
+    except ValueError:
+        words = []
+    for index, word in enumerate(words):
+        if word == "-c" and index + 1 < len(words):
+            found.setdefault("<test command>", words[index + 1])
+    candidates: list[Path] = []
+    if workspace.is_dir():
+        for word in words:
+            path = workspace / word.split("::")[0]
+            if word.endswith(".py") or "::" in word:
+                candidates.append(path)
+        for path in sorted(workspace.rglob("*.py")):
+            relative = path.relative_to(workspace)
+            if any(part in _SKIPPED_DIRS or part.startswith(".") for part in relative.parts[:-1]):
+                continue
+            if any(fnmatch.fnmatch(path.name, pattern) for pattern in TEST_FILE_PATTERNS):
+                candidates.append(path)
+    for path in candidates:
+        if len(found) >= MAX_TEST_FILES:
+            break
+        try:
+            name = path.relative_to(workspace).as_posix()
+            if name == target_file or name in found or not path.is_file():
+                continue
+            if path.stat().st_size > MAX_TEST_FILE_BYTES:
+                continue
+            found[name] = path.read_text(encoding="utf-8", errors="replace")
+        except (OSError, ValueError):
+            continue
+    return list(found.items())
+
+
+def _interface_of(tree: ast.Module, module: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """The target's names a test source uses: imported by name, called after `from module import *`,
+    or called as `module.name(...)`."""
+    imported: list[str] = []  # names imported from the target, in order
+    star = False
+    module_aliases: set[str] = set()
+    other: set[str] = set()  # names bound from elsewhere: other imports, the file's own definitions
+    lines: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == module and not node.level:
+            if all(alias.name != "*" for alias in node.names):
+                lines.append(ast.unparse(node))
+            for alias in node.names:
+                if alias.name == "*":
+                    star = True
+                else:
+                    imported.append(alias.name)
+                    if alias.asname:
+                        other.add(alias.asname)  # called under another name: the definition is alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == module:
+                    module_aliases.add(alias.asname or alias.name)
+                    lines.append(ast.unparse(node))
+                else:
+                    other.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            other.update(alias.asname or alias.name for alias in node.names)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            other.add(node.name)
+            if not isinstance(node, ast.ClassDef):  # parameters, e.g. pytest fixtures, are not the target's
+                other.update(arg.arg for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs))
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            other.add(node.id)
+        elif isinstance(node, ast.Lambda):
+            other.update(arg.arg for arg in node.args.args)
+    calls: dict[str, str] = {}
+    for node in _in_order(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        name = None
+        if isinstance(function, ast.Name):
+            if function.id in imported or (star and function.id not in other and function.id not in _BUILTINS):
+                name = function.id
+        elif (isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name)
+              and function.value.id in module_aliases):
+            name = function.attr
+        if name is not None and name not in calls:
+            calls[name] = f"{name}({', '.join(_argument_kinds(node))})"
+    ordered = [(name, calls[name]) for name in imported if name in calls]
+    ordered += [(name, name) for name in imported if name not in calls]
+    ordered += [(name, rendered) for name, rendered in calls.items() if name not in imported]
+    return list(dict(ordered).items()), lines
+
+
+def _in_order(tree: ast.AST) -> list[ast.AST]:
+    """The nodes of a tree in source order (ast.walk is breadth first)."""
+    nodes = [node for node in ast.walk(tree) if hasattr(node, "lineno")]
+    return sorted(nodes, key=lambda node: (node.lineno, node.col_offset))
+
+
+def _argument_kinds(call: ast.Call) -> list[str]:
+    kinds = [_kind(argument) for argument in call.args]
+    kinds += [f"{keyword.arg}={_kind(keyword.value)}" if keyword.arg else "**kwargs" for keyword in call.keywords]
+    return kinds
+
+
+def _kind(node: ast.expr) -> str:
+    if isinstance(node, ast.Starred):
+        return "*args"
+    try:
+        value: Any = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _DISPLAYS.get(type(node), "value")
+    return type(value).__name__
+
+
+_DISPLAYS = {ast.List: "list", ast.ListComp: "list", ast.Tuple: "tuple", ast.Dict: "dict", ast.DictComp: "dict",
+             ast.Set: "set", ast.SetComp: "set", ast.JoinedStr: "str"}

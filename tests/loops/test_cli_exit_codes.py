@@ -1,0 +1,181 @@
+"""The `loops` command's exit codes: 0 success, 1 no success, 2 usage or configuration error (one line
+on stderr), 3 the run failed. Scripted LMs, a loopback fake of the OpenAI API, real test commands."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+import loops.lm
+from loops.cli import app
+from tests.loops.fake_openai import fake_openai, hosted
+from tests.scripted import calls, scripted_lm
+
+GOOD = "def add(a, b):\n    return a + b\n"
+BAD = "def add(a, b):\n    return a - b\n"
+CHECK_ADD = shlex.join([sys.executable, "-c", "from solution import add; assert add(2, 3) == 5"])
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def assert_one_line_error(outcome, *parts: str) -> None:
+    assert outcome.exit_code == 2, outcome.output
+    lines = outcome.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), outcome.stderr
+    for part in parts:
+        assert part in lines[0]
+    assert "Traceback" not in outcome.output
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Makes `--model` resolve to a scripted LM; `scripted.lms` holds the LMs handed out. (Give a
+    `--model` other than `local`, whose adapter expects JSON, for answers in ChatAdapter's format.)"""
+
+    class Scripted:
+        script: list = []
+        lms: list = []
+
+    def resolve(model):
+        lm = scripted_lm(list(Scripted.script))
+        Scripted.lms.append(lm)
+        return lm
+
+    monkeypatch.setattr(loops.lm, "resolve", resolve)
+    Scripted.lms = []
+    return Scripted
+
+
+# --- 2: usage and configuration errors, before any LM call --------------------------------------
+
+
+@pytest.mark.parametrize(("args", "parts"), [
+    (["refine", "x", "--timeout", "-5"], ["error: --timeout must be a positive number of seconds, got -5"]),
+    (["direct", "x", "--timeout", "0"], ["--timeout must be a positive number of seconds, got 0"]),
+    (["refine", "x", "--timeout", "nan"], ["--timeout must be a positive number of seconds, got nan"]),
+    (["refine", "x", "--timeout", "soon"], ["'--timeout'"]),
+    (["fix", "x", "-t", "true", "--policy", "bogus"], ["'bogus' is not one of 'repair', 'fresh', 'auto'"]),
+    (["fix", "x"], ["Missing option '--test-command'"]),
+    (["refine", "x", "--max-iterations", "5000"], ["'--max-iterations'"]),
+    (["fix", "x", "-t", "no-such-test-tool -q"], ["executable 'no-such-test-tool' not found on PATH",
+                                                  "'no-such-test-tool -q'", "give its full path"]),
+    (["fix", "x", "-t", "./run_tests.sh"], ["executable './run_tests.sh' does not exist"]),
+    (["refine", "x", "--trace", "{tmp}/missing/trace.jsonl"], ["--trace '{tmp}/missing/trace.jsonl' cannot be written",
+                                                               "No such file or directory"]),
+    (["direct", "x", "--trace", "{tmp}"], ["--trace '{tmp}' cannot be written"]),
+    (["bogus"], ["No such command 'bogus'"]),
+])
+def test_usage_errors_exit_2_with_one_line_before_any_lm_call(scripted, tmp_path, args, parts):
+    args = [arg.replace("{tmp}", str(tmp_path)) for arg in args]
+
+    outcome = invoke(*args, "--workspace", str(tmp_path)) if args[0] == "fix" else invoke(*args)
+
+    assert_one_line_error(outcome, *(part.replace("{tmp}", str(tmp_path)) for part in parts))
+    assert sum(calls(lm) for lm in scripted.lms) == 0
+    assert outcome.stdout == "", "nothing started"
+
+
+def test_an_unknown_model_exits_2_before_any_lm_call():
+    outcome = invoke("refine", "x", "--model", "nonexistent")
+
+    assert_one_line_error(outcome, "unknown model 'nonexistent'",
+                          "use 'local' (the embedded model) or a LiteLLM model string such as 'openai/gpt-4o-mini'")
+
+
+def test_a_configuration_error_found_when_the_run_starts_exits_2(scripted, tmp_path):
+    outcome = invoke("fix", "x", "-t", CHECK_ADD, "--workspace", str(tmp_path), "--target-file", "../outside.py")
+
+    assert_one_line_error(outcome, "'../outside.py'", "outside the workspace")
+    assert sum(calls(lm) for lm in scripted.lms) == 0
+    assert not (tmp_path.parent / "outside.py").exists()
+
+
+# --- 0, 1 and 3: how the run ended --------------------------------------------------------------
+
+
+def test_fix_exits_0_when_the_tests_pass(scripted, tmp_path):
+    scripted.script = [GOOD]
+
+    outcome = invoke("fix", "Write add(a, b).", "-t", CHECK_ADD, "--workspace", str(tmp_path))
+
+    assert outcome.exit_code == 0, outcome.output
+    assert "tests pass" in outcome.stdout and (tmp_path / "solution.py").read_text() == GOOD
+
+
+def test_fix_exits_1_when_the_tests_still_fail(scripted, tmp_path):
+    scripted.script = [BAD]
+
+    outcome = invoke("fix", "Write add(a, b).", "-t", CHECK_ADD, "--workspace", str(tmp_path),
+                     "--max-iterations", "1")
+
+    assert outcome.exit_code == 1, outcome.output
+    assert "tests still fail" in outcome.stdout and "stop reason: max_iterations" in outcome.stdout
+    assert outcome.stderr == ""
+
+
+def test_fix_exits_3_when_the_run_fails(scripted, tmp_path):
+    scripted.script = [RuntimeError("the model server crashed")]
+
+    outcome = invoke("fix", "Write add(a, b).", "-t", CHECK_ADD, "--workspace", str(tmp_path))
+
+    assert outcome.exit_code == 3, outcome.output
+    assert "stop reason: error" in outcome.stdout and "the model server crashed" in outcome.stdout
+
+
+def critic_answer(approved: bool) -> dict:
+    verdict = {"accuracy_passed": approved, "completeness_passed": approved, "quality_passed": approved}
+    return {"reasoning": "Short.", "draft": "A draft.", **verdict, "feedback": "" if approved else "Longer.",
+            "approved": approved}
+
+
+@pytest.mark.parametrize(("approved", "exit_code", "title"), [(True, 0, "(approved)"), (False, 1, "(not approved)")])
+def test_refine_exits_by_the_critics_verdict(scripted, approved, exit_code, title):
+    scripted.script = [critic_answer(approved)] * 2  # the creator's answer and the critic's
+
+    outcome = invoke("refine", "Write one sentence.", "--max-iterations", "1", "--model", "scripted/test")
+
+    assert outcome.exit_code == exit_code, outcome.output
+    assert f"final draft {title}" in outcome.stdout
+
+
+def test_direct_exits_0_when_the_evaluator_passes_it(scripted):
+    scripted.script = [{"plan": "Do it.", "result": "Done.", "status": "PASS", "feedback": "", "action": "stop",
+                        "next_input": ""}] * 4
+
+    outcome = invoke("direct", "Three names for a cat", "--max-iterations", "1", "--model", "scripted/test")
+
+    assert outcome.exit_code == 0, outcome.output
+    assert "passed" in outcome.stdout and "not passed" not in outcome.stdout
+
+
+# --- a hosted model behind a loopback fake of the OpenAI API -------------------------------------
+
+
+
+@hosted
+def test_a_hosted_model_that_never_answers_in_shape_exits_3(monkeypatch):
+    with fake_openai(monkeypatch) as server:
+        server.content = "I will not answer in your format."
+        # A prompt no other test sends: DSPy caches a hosted model's answers on disk.
+        outcome = invoke("refine", "Exit code 3 please.", "--model", "openai/whatever", "--max-iterations", "1")
+
+    assert outcome.exit_code == 3, outcome.output
+    assert "stop reason: error" in outcome.stdout and "could not be parsed" in outcome.stdout
+    # ChatAdapter, its JSON fallback, then both once more at a little temperature: one request each, as
+    # DSPy's own retries are off (num_retries=0) under the loop's.
+    assert server.requests == 4
+
+
+@hosted
+def test_a_rejected_api_key_exits_2_with_one_line(monkeypatch):
+    with fake_openai(monkeypatch) as server:
+        server.status = 401
+        outcome = invoke("refine", "Exit code 2 please.", "--model", "openai/whatever")
+
+    assert_one_line_error(outcome, "the LM refused the request", "Incorrect API key provided")
+    assert server.requests == 1, "a rejected key is not retried"

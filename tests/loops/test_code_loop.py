@@ -1,0 +1,170 @@
+"""The code loop's choices (issue 9): defaults by model kind, the interface read before the first
+attempt, several candidates per iteration, and the no-progress stop. Scripted LMs, real files."""
+
+import dspy
+import pytest
+
+import loops
+from loops import ConfigurationError, ExecuteValidateController, RetryPolicy, Workspace
+from loops.lm import EMBEDDED_CODE_LOOP, HOSTED_CODE_LOOP, LlamaEngine, code_loop_defaults, local_lm
+from loops.runtime import STOP_REASONS
+from loops.signatures.results import ValidationResult
+from tests.scripted import AsyncScriptedEngine, ScriptedEngine, calls, request_text, scripted_lm
+
+NO_WAIT = RetryPolicy(backoff_s=0)
+ODD_TESTS = "from solution import *\n\n\ndef test_odd():\n    assert Split([1, 2, 3]) == [1, 3]\n"
+GOOD = "def Split(xs):\n    return [x for x in xs if x % 2]\n"
+BAD = "def Split(xs):\n    return xs\n"
+
+
+class LooksEmbedded(ScriptedEngine, LlamaEngine):
+    """A scripted engine the loops take for the embedded model (`loops.lm.is_embedded`)."""
+
+
+def embedded_lookalike(script):
+    engine = LooksEmbedded(script)
+    return dspy.LM("local/scripted", engine=engine, async_engine=AsyncScriptedEngine(engine), cache=False,
+                   num_retries=0)
+
+
+def scored(tmp_path, scores):
+    """A validator that scores the file on disk: {code: tests passed of 3}; 3 passes."""
+    def validate(test_command, iteration):
+        passed = scores[(tmp_path / "solution.py").read_text()]
+        return ValidationResult(exit_code=0 if passed == 3 else 1, passed=passed, failed=3 - passed)
+    return validate
+
+
+def temperatures(lm):
+    return [request.config.temperature for request in lm.engine.requests]
+
+
+# --- 1. defaults by model kind -----------------------------------------------------------------------
+
+
+def test_the_defaults_follow_the_kind_of_model():
+    assert code_loop_defaults(local_lm()) == EMBEDDED_CODE_LOOP  # the model loads lazily: nothing runs
+    assert code_loop_defaults(scripted_lm([])) == HOSTED_CODE_LOOP
+    assert (EMBEDDED_CODE_LOOP.analyst, EMBEDDED_CODE_LOOP.policy) == (False, "auto")
+    assert EMBEDDED_CODE_LOOP.samples > 1
+    assert (HOSTED_CODE_LOOP.policy, HOSTED_CODE_LOOP.analyst, HOSTED_CODE_LOOP.samples) == ("repair", True, 1)
+
+
+def test_the_module_settles_its_choices_at_call_time_from_the_lm_that_runs():
+    module = ExecuteValidateController()
+    embedded = {"policy": EMBEDDED_CODE_LOOP.policy, "samples": EMBEDDED_CODE_LOOP.samples, "analyst": False}
+    with dspy.context(lm=local_lm()):
+        assert module.settings() == embedded
+    with dspy.context(lm=scripted_lm([])):
+        assert module.settings() == {"policy": "repair", "samples": 1, "analyst": True}
+        module.executor.set_lm(local_lm())  # a role's own LM outranks the context's
+        assert module.settings() == {"policy": EMBEDDED_CODE_LOOP.policy, "samples": EMBEDDED_CODE_LOOP.samples,
+                                     "analyst": True}
+
+
+def test_every_choice_can_be_made_explicitly():
+    module = ExecuteValidateController(policy="fresh", samples=2, analyst=True)
+    with dspy.context(lm=local_lm()):
+        assert module.settings() == {"policy": "fresh", "samples": 2, "analyst": True}
+    # Only the roles that may run are built: no analyst without it, none beside a custom controller.
+    assert "analyst" not in dict(ExecuteValidateController(analyst=False).named_predictors())
+    assert "analyst" not in dict(ExecuteValidateController(controller=loops.tests_controller).named_predictors())
+    assert "analyst" in dict(ExecuteValidateController().named_predictors())
+    with pytest.raises(ConfigurationError, match="samples"):
+        ExecuteValidateController(samples=0)
+    with pytest.raises(ConfigurationError, match="analyst=True"):
+        ExecuteValidateController(analyst=True, controller=loops.tests_controller)
+
+
+def test_on_the_embedded_model_no_analyst_runs_and_fresh_samples_follow_a_repeat(tmp_path):
+    (tmp_path / "test_solution.py").write_text(ODD_TESTS)
+    lm = embedded_lookalike([BAD, BAD, GOOD])  # an analyst call would take an answer and break the script
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), samples=1, max_iterations=3,
+                                       validator=scored(tmp_path, {BAD: 1, GOOD: 3}), retry=NO_WAIT)
+
+    with dspy.context(lm=lm):
+        result = module(initial_input="write Split", test_command="pytest")
+
+    assert (result.stop_reason, result.success, result.iterations, calls(lm)) == ("stopped", True, 3, 3)
+    assert [step.role for step in result.trace] == ["executor", "validator", "executor", "executor", "validator"]
+    assert result.trace[2].note == "this code was tried before: not validated again"
+    assert temperatures(lm)[2] == 0.7  # auto: the repeat made the next attempt a fresh sample
+    assert len(result.histories["executor"].messages) == 1  # the fresh sample started over
+
+
+# --- 2. interface first ------------------------------------------------------------------------------
+
+
+def test_the_first_request_names_what_the_tests_call_and_a_wrong_name_is_aliased_at_once(tmp_path):
+    (tmp_path / "test_solution.py").write_text(ODD_TESTS)
+    lm = scripted_lm(["def odd_list(xs):\n    return [x for x in xs if x % 2]\n"])
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), max_iterations=1, retry=NO_WAIT)
+    module.executor.set_lm(lm)
+    module.analyst.set_lm(scripted_lm([]))
+
+    result = module(initial_input="Write a function that keeps the odd numbers.",
+                    test_command="python -m pytest -q -p no:cacheprovider test_solution.py")
+
+    assert "The tests call `Split(list)`: define exactly these names in solution.py" in request_text(
+        lm.engine.requests[0])
+    assert (result.success, result.iterations) == (True, 1)
+    assert result.final.notes["aliases"] == ["Split = odd_list"]
+
+
+# --- 3. samples per iteration ------------------------------------------------------------------------
+
+
+def test_n_candidates_are_drawn_all_traced_and_the_best_is_kept(tmp_path):
+    one, two, none = "def Split(xs):\n    return 1\n", "def Split(xs):\n    return 2\n", "def Split(xs):\n    pass\n"
+    lm = scripted_lm([one, two, none])
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), samples=3, max_iterations=1,
+                                       validator=scored(tmp_path, {one: 1, two: 2, none: 0}),
+                                       controller=loops.tests_controller, retry=NO_WAIT)
+
+    with dspy.context(lm=lm):
+        result = module(initial_input="write Split", test_command="pytest")
+
+    assert [step.role for step in result.trace] == [
+        "executor", "validator", "executor.2", "validator", "executor.3", "validator", "controller"]
+    assert [step.outputs["result"].passed for step in result.trace if step.role == "validator"] == [1, 2, 0]
+    assert result.final.content == two and result.best_attempt["result"].content == two
+    assert (tmp_path / "solution.py").read_text() == two  # the workspace holds the best candidate
+    assert (result.stop_reason, result.success, result.lm_calls) == ("max_iterations", False, 3)
+    # The first is the policy's own attempt; the others are distinct rollouts at a temperature.
+    assert temperatures(lm)[1:] == [0.7, 0.7]
+
+
+def test_the_first_passing_candidate_ends_the_iteration(tmp_path):
+    lm = scripted_lm([BAD, GOOD, "never asked"])
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), samples=3, max_iterations=2,
+                                       validator=scored(tmp_path, {BAD: 1, GOOD: 3}),
+                                       controller=loops.tests_controller, retry=NO_WAIT)
+
+    with dspy.context(lm=lm):
+        result = module(initial_input="write Split", test_command="pytest")
+
+    assert (result.stop_reason, result.success, result.iterations, calls(lm)) == ("stopped", True, 1, 2)
+    assert result.final.content == GOOD
+
+
+# --- 4. know when to stop ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("policy", "answers", "iterations"), [
+    ("repair", [BAD, BAD], 2),  # a repair that repeats itself will go on repeating
+    ("fresh", [BAD, BAD], 2),
+    ("auto", [BAD, BAD, BAD], 3),  # the repeat turns auto to fresh samples; stuck once they repeat too
+])
+def test_an_iteration_with_nothing_new_stops_the_run_as_no_progress(tmp_path, policy, answers, iterations):
+    lm = scripted_lm(answers)
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), policy=policy, samples=1, max_iterations=5,
+                                       validator=scored(tmp_path, {BAD: 1}), controller=loops.tests_controller,
+                                       retry=NO_WAIT)
+
+    with dspy.context(lm=lm):
+        result = module(initial_input="write Split", test_command="pytest")
+
+    assert (result.stop_reason, result.iterations, calls(lm)) == ("no_progress", iterations, iterations)
+    assert sum(step.role == "validator" for step in result.trace) == 1
+    assert result.final.content == BAD and "no_progress" in STOP_REASONS
+    assert "repeated code already tried" in result.warnings[-1]

@@ -1,0 +1,227 @@
+"""Phase contracts as data: every pluggable phase is checked against its pattern's table when the
+module is built, and what a phase returns is read in one place (`loops.contracts`)."""
+
+import asyncio
+import functools
+
+import dspy
+import pytest
+
+from loops import (
+    CREATOR_CRITIC,
+    DIRECTOR,
+    EXECUTE_VALIDATE,
+    CallableValidator,
+    ConfigurationError,
+    ContractError,
+    ControllerDecision,
+    CreatorCriticIterator,
+    DecisionError,
+    DirectorExecutorEvaluatorController,
+    ExecuteValidateController,
+    ShellValidator,
+    TaskResult,
+    ValidationResult,
+)
+from loops.contracts import as_validation, decision, files_of, passed, verdict_approved, verdict_feedback
+from tests.scripted import Phase
+
+MODULES = {
+    "creator_critic": (CreatorCriticIterator, CREATOR_CRITIC),
+    "execute_validate": (ExecuteValidateController, EXECUTE_VALIDATE),
+    "director": (DirectorExecutorEvaluatorController, DIRECTOR),
+}
+EVERY_PHASE = [(pattern, role) for pattern, (_, table) in MODULES.items() for role in table]
+
+
+def test_the_tables_are_the_documented_contracts():
+    signatures = {pattern: [contract.signature for contract in table.values()]
+                  for pattern, (_, table) in MODULES.items()}
+    assert signatures == {
+        "creator_critic": ["creator(requirements, context, iteration)", "critic(requirements, draft, iteration)",
+                           "iterator(requirements, draft, feedback, iteration)"],
+        "execute_validate": ["executor(current_input, iteration)", "validator(test_command, iteration)",
+                             "controller(executor_result, validation_result, current_input, iteration)"],
+        "director": ["director(current_input, iteration)", "executor(plan, iteration)",
+                     "evaluator(execution_result, plan, iteration)",
+                     "controller(feedback, plan, execution_result, iteration)"],
+    }
+
+
+@pytest.mark.parametrize(("pattern", "role"), EVERY_PHASE)
+def test_a_phase_of_the_wrong_arity_is_refused_when_the_module_is_built(pattern, role):
+    module_class, table = MODULES[pattern]
+    contract = table[role]
+
+    def any_arity(*args):
+        pass
+
+    # One parameter too few, and one required parameter too many.
+    too_few = _function_of(len(contract.params) - 1)
+    too_many = _function_of(len(contract.params) + 1)
+    for phase in (too_few, too_many):
+        with pytest.raises(ContractError) as raised:
+            module_class(**{role: phase})
+        message = str(raised.value)
+        assert f"the {role} phase" in message
+        assert f"does not fit its contract {contract.signature} -> {contract.returns}" in message
+        assert f"it is called with {len(contract.params)} positional argument(s)" in message
+    module_class(**{role: any_arity})  # *args fits any contract
+    module_class(**{role: _function_of(len(contract.params))})
+
+
+@pytest.mark.parametrize(("pattern", "role"), EVERY_PHASE)
+def test_a_phase_that_is_not_callable_is_refused(pattern, role):
+    module_class, table = MODULES[pattern]
+
+    with pytest.raises(ContractError, match=rf"the {role} phase must be callable as {role}\("):
+        module_class(**{role: "not a function"})
+
+
+def _function_of(arity):
+    names = ", ".join(f"a{n}" for n in range(arity))
+    namespace = {}
+    exec(f"def phase({names}):\n    return None", namespace)  # noqa: S102 - a phase of exactly `arity` parameters
+    return namespace["phase"]
+
+
+def test_a_contract_error_is_a_configuration_error_and_a_type_error():
+    with pytest.raises(ConfigurationError):
+        CreatorCriticIterator(critic=lambda draft: True)
+    with pytest.raises(TypeError):
+        CreatorCriticIterator(critic=lambda draft: True)
+
+
+@pytest.mark.parametrize("phase", [
+    lambda requirements, draft, iteration, extra=None: True,  # a default is fine
+    lambda *args: True,
+    lambda requirements, *rest: True,
+    functools.partial(lambda tone, requirements, draft, iteration: True, "dry"),
+])
+def test_phases_that_can_take_the_contracts_arguments_are_accepted(phase):
+    module = CreatorCriticIterator(creator=Phase("d"), critic=phase, iterator=Phase("d2"))
+
+    assert module(requirements="r").success is True
+
+
+def test_a_required_keyword_only_parameter_does_not_fit():
+    with pytest.raises(ContractError, match="missing a required argument: 'strictness'"):
+        CreatorCriticIterator(critic=lambda requirements, draft, iteration, *, strictness: True)
+
+
+class Planner(dspy.Module):
+    def forward(self, goal):  # no iteration parameter
+        return "plan"
+
+
+class BoundPlanner:
+    def plan(self, current_input, iteration):
+        return f"plan {iteration}"
+
+
+def test_a_dspy_modules_forward_is_checked_and_a_bound_method_fits():
+    with pytest.raises(ContractError, match=r"Planner\(goal\) does not fit its contract director\(current_input, "
+                                            r"iteration\)"):
+        DirectorExecutorEvaluatorController(director=Planner())
+
+    module = DirectorExecutorEvaluatorController(director=BoundPlanner().plan, executor=Phase("r"),
+                                                 evaluator=Phase(True), controller=Phase(("stop", "done")))
+    assert module(initial_input="goal").final == "done"
+
+
+def test_validators_shipped_with_loops_fit_the_validator_contract(tmp_path):
+    ExecuteValidateController(validator=ShellValidator(workspace=tmp_path))
+    ExecuteValidateController(validator=CallableValidator(lambda command, iteration: True))
+
+
+@pytest.mark.parametrize("mode", ["forward", "aforward"])
+def test_an_async_callable_validator_works_under_forward_and_aforward(mode):
+    async def check(command, iteration):
+        await asyncio.sleep(0)
+        return iteration == 2
+
+    controller = Phase(("continue", "again"), ("stop", "done"))
+    module = ExecuteValidateController(executor=Phase("x = 1"), validator=CallableValidator(check),
+                                       controller=controller)
+
+    if mode == "forward":
+        result = module(initial_input="task", test_command="check")
+    else:
+        result = asyncio.run(module.acall(initial_input="task", test_command="check"))
+
+    assert (result.final, result.success, result.iterations) == ("done", True, 2)
+    assert [args[1].exit_code for args in controller.args] == [1, 0]  # CallableValidator made them results
+
+
+# --- reading what a phase returned ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (True, True), (False, False), (0, True), (1, False), ("PASS", True), (" pass ", True), ("FAIL", False),
+    ("ok", True), ({"status": "PASS"}, True), ({"success": True}, True), ({"status": "FAIL"}, False),
+    ({"exit_code": 0}, True), ({"exit_code": 3}, False), (dspy.Prediction(status="PASS"), True),
+    (ValidationResult(exit_code=0), True), (ValidationResult(exit_code=0, error="harness broke"), False),
+    (None, False), ("looks fine to me", False), (object(), False),
+])
+def test_passed_reads_validations_and_evaluations_of_any_documented_shape(value, expected):
+    assert passed(value) is expected
+
+
+@pytest.mark.parametrize(("value", "exit_code"), [
+    (True, 0), (False, 1), (0, 0), (5, 5), ({"exit_code": 2, "stdout": "out"}, 2),
+    (ValidationResult(exit_code=4), 4),
+])
+def test_as_validation_coerces_bool_int_and_dict(value, exit_code):
+    assert as_validation(value).exit_code == exit_code
+
+
+@pytest.mark.parametrize("value", ["passed", None, {"stdout": "no exit code"}, 1.5])
+def test_as_validation_refuses_anything_else_saying_what_to_return(value):
+    with pytest.raises(ContractError, match="a ValidationResult, a bool .passed. or an int exit code expected"):
+        as_validation(value)
+
+
+def test_files_of_reads_a_task_result_or_a_path_to_text_dict():
+    assert files_of(TaskResult(status="COMPLETE", files={"a.py": "x"}), required=True) == {"a.py": "x"}
+    assert files_of({"a.py": "x", "b.py": "y"}, required=True) == {"a.py": "x", "b.py": "y"}
+    assert files_of("code", required=False) == {}
+    assert files_of({"status": "COMPLETE", "files": {}}, required=False) == {}
+    for value in ("code", {}, {"a.py": 1}, None):
+        with pytest.raises(ContractError, match="the built-in validator runs the tests on files"):
+            files_of(value, required=True)
+
+
+class Verdict:
+    def __init__(self, approved, feedback):
+        self.approved, self.feedback = approved, feedback
+
+
+@pytest.mark.parametrize(("verdict", "approved", "feedback"), [
+    (True, True, ""), (False, False, ""), ((False, "shorter"), False, "shorter"), ([True, ""], True, ""),
+    (Verdict(False, "more"), False, "more"), ({"approved": True, "feedback": "ok"}, True, "ok"),
+    (dspy.Prediction(approved=False, feedback="f"), False, "f"),
+])
+def test_a_critics_verdict_may_be_a_bool_a_pair_or_an_object(verdict, approved, feedback):
+    assert verdict_approved(verdict) is approved
+    assert verdict_feedback(verdict) == feedback
+
+
+@pytest.mark.parametrize("verdict", ["yes", None, ("yes", "f"), {"approved": "yes"}, 1])
+def test_a_verdict_without_a_bool_approval_is_refused(verdict):
+    with pytest.raises(ContractError, match="the critic returned .*; a verdict: a bool"):
+        verdict_approved(verdict)
+
+
+@pytest.mark.parametrize(("raw", "action", "value"), [
+    (("continue", "x"), "continue", "x"), (["stop", 3], "stop", 3), (ControllerDecision.stop("v"), "stop", "v"),
+    (("STOP", None), "stop", None),
+])
+def test_a_decision_is_coerced_from_a_pair_a_list_or_a_controller_decision(raw, action, value):
+    coerced = decision(raw)
+    assert (coerced.action, coerced.value) == (action, value)
+
+
+@pytest.mark.parametrize("raw", [("maybe", 1), 42, "stop", None, ("stop",), ("stop", 1, 2)])
+def test_anything_else_is_a_decision_error_that_says_what_to_return(raw):
+    with pytest.raises(DecisionError, match=r"which is not a decision; expected ControllerDecision"):
+        decision(raw)

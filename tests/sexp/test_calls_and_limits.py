@@ -1,0 +1,274 @@
+import threading
+
+import pytest
+
+from loops.errors import ConfigurationError
+from loops.sexp import (
+    Analyzer,
+    ArityError,
+    Closure,
+    DslError,
+    DslSyntaxError,
+    Evaluation,
+    Interpreter,
+    LimitExceeded,
+    Limits,
+    Tool,
+    UnboundName,
+    evaluate,
+    special_form,
+    to_source,
+)
+from loops.sexp.evaluator import SPECIAL_FORMS
+
+COUNTDOWN = "(define (countdown n) (if (= n 0) 'done (countdown (- n 1))))"
+
+
+def test_a_tail_recursive_loop_of_100000_iterations_runs_in_constant_python_stack():
+    assert evaluate(COUNTDOWN + "(countdown 100000)") == "done"
+
+
+@pytest.mark.parametrize("tail_position", [
+    "(define (loop-to n acc) (if (= n 0) acc (loop-to (- n 1) (+ acc 1))))",
+    "(define (loop-to n acc) (cond ((= n 0) acc) (else (loop-to (- n 1) (+ acc 1)))))",
+    "(define (loop-to n acc) (let ((m (- n 1))) (if (< m 0) acc (loop-to m (+ acc 1)))))",
+    "(define (loop-to n acc) (begin 0 (if (= n 0) acc (loop-to (- n 1) (+ acc 1)))))",
+    "(define (loop-to n acc) (or (and (= n 0) acc) (loop-to (- n 1) (+ acc 1))))",
+    "(define (loop-to n acc) (if (= n 0) acc (call loop-to (n (- n 1)) (acc (+ acc 1)))))",
+    "(define (loop-to . args) (if (= (car args) 0) (car (cdr args))"
+    " (loop-to (- (car args) 1) (+ (car (cdr args)) 1))))",
+])
+def test_every_tail_position_is_a_proper_tail_call(tail_position):
+    # 20,000 nested calls would pass both max_depth and Python's recursion limit.
+    assert evaluate(tail_position + "(loop-to 20000 0)") == 20_000
+
+
+def test_mutual_tail_recursion_does_not_grow_the_stack():
+    program = """
+    (define (is-even n) (if (= n 0) #t (is-odd (- n 1))))
+    (define (is-odd n) (if (= n 0) #f (is-even (- n 1))))
+    (is-even 100001)
+    """
+    assert evaluate(program) is False
+
+
+def test_deep_non_tail_recursion_ends_in_a_dsl_error_at_the_recursive_call():
+    program = "(define (count-up n)\n  (if (= n 0) 0 (+ 1 (count-up (- n 1)))))\n(count-up 100000)"
+    with pytest.raises(LimitExceeded) as caught:
+        Interpreter().eval_source(program, "deep.sexp")
+    assert caught.value.limit == "max_depth"
+    assert str(caught.value) == (
+        "deep.sexp:2:22: recursion too deep: more than max_depth=2000 nested calls (make the recursive call a "
+        "tail call, or raise Limits.max_depth)\n"
+        "      (if (= n 0) 0 (+ 1 (count-up (- n 1)))))\n"
+        "                         ^"
+    )
+    assert Interpreter().eval_source(program.replace("100000", "1500")) == 1500
+
+
+def test_recursion_through_deeply_nested_bodies_becomes_a_dsl_error_never_a_python_recursion_error():
+    nested = "(+ 1 " * 40 + "(f (- n 1))" + ")" * 40
+    program = f"(define (f n) (if (= n 0) 0 {nested})) (f 1900)"
+    with pytest.raises(LimitExceeded, match="recursion too deep for Python's stack"):
+        evaluate(program)
+
+
+def test_a_program_nested_too_deeply_to_analyse_is_a_syntax_error():
+    with pytest.raises(DslSyntaxError, match="nested too deeply"):
+        evaluate("(list " * 20_000 + ")" * 20_000)
+
+
+def test_deep_values_print_and_compare_without_python_recursion():
+    program = "(define (nest n acc) (if (= n 0) acc (nest (- n 1) (list acc)))) (define deep (nest 20000 nil))"
+    interpreter = Interpreter()
+    interpreter.eval_source(program)
+    assert interpreter.eval_source("(equal? deep (nest 20000 nil))") is True
+    assert to_source(interpreter.eval_source("deep")).startswith("((((")
+
+
+def test_the_step_budget_ends_a_runaway_program_naming_the_form():
+    interpreter = Interpreter(limits=Limits(max_steps=1000))
+    with pytest.raises(LimitExceeded) as caught:
+        interpreter.eval_source("(define (spin n) (spin n))\n(spin 1)", "spin.sexp")
+    assert caught.value.limit == "max_steps"
+    assert str(caught.value) == "spin.sexp:1:18: step budget exhausted: max_steps=1000\n" \
+        "    (define (spin n) (spin n))\n                     ^"
+    assert interpreter.last_run.steps == 1001
+
+
+def test_a_budget_of_n_steps_allows_exactly_n_calls():
+    interpreter = Interpreter(limits=Limits(max_steps=5))
+    assert interpreter.eval_source("(define (f) 1) (f) (f) (f) (f) (f)") == 1
+    with pytest.raises(LimitExceeded):
+        interpreter.eval_source("(f) (f) (f) (f) (f) (f)")
+
+
+def test_loops_and_map_count_against_the_step_budget():
+    for program in ("(loop 100 1)", "(map (+ item 1) (list 1 2 3 4 5 6 7 8 9 10 11 12))", "(while #t 1)"):
+        with pytest.raises(LimitExceeded, match="max_steps=10"):
+            Interpreter(limits=Limits(max_steps=10)).eval_source(program)
+
+
+def test_the_wall_clock_limit_ends_a_long_program():
+    with pytest.raises(LimitExceeded, match="wall-clock limit exceeded: timeout_s=0.2") as caught:
+        Interpreter(limits=Limits(timeout_s=0.2)).eval_source("(define (spin n) (spin n)) (spin 1)")
+    assert caught.value.limit == "timeout_s"
+
+
+@pytest.mark.parametrize(("limits", "message"), [
+    ({"max_steps": 0}, "Limits.max_steps must be a positive int, got 0"),
+    ({"max_steps": 1.5}, "Limits.max_steps must be a positive int, got 1.5"),
+    ({"max_depth": 0}, "Limits.max_depth must be an int from 1 to 10000, got 0"),
+    ({"max_depth": 10_001}, "Limits.max_depth must be an int from 1 to 10000, got 10001"),
+    ({"timeout_s": 0}, "Limits.timeout_s must be a positive number of seconds or None, got 0"),
+    ({"timeout_s": float("inf")}, "Limits.timeout_s must be a positive number of seconds or None, got inf"),
+    ({"timeout_s": True}, "Limits.timeout_s must be a positive number of seconds or None, got True"),
+])
+def test_bad_limits_are_refused(limits, message):
+    with pytest.raises(ConfigurationError) as caught:
+        Limits(**limits)
+    assert str(caught.value).startswith(message)
+
+
+# -- DSL procedures from Python --------------------------------------------------------------------
+
+
+def test_a_dsl_procedure_is_a_python_callable_that_exposes_its_arity():
+    interpreter = Interpreter()
+    executor = interpreter.eval_source("(define (executor input iteration) (list input iteration)) executor")
+    assert isinstance(executor, Closure)
+    assert executor("task", 1) == ("task", 1)
+    assert (executor.name, executor.params, executor.rest, executor.variadic) == ("executor", ("input", "iteration"),
+                                                                                 None, False)
+    assert executor.arity == (2, 2) and executor.accepts(2) and not executor.accepts(3)
+    assert executor.node.location == "<string>:1:1"
+    variadic = interpreter.eval_source("(lambda (first . more) more)")
+    assert variadic.arity == (1, None) and variadic.variadic and variadic.accepts(5) and not variadic.accepts(0)
+    assert variadic(1, [2, 3]) == ((2, 3),)
+    assert repr(variadic) == "<Closure lambda (first . more)>"
+
+
+def test_a_dsl_error_inside_a_procedure_called_from_python_keeps_its_position():
+    interpreter = Interpreter()
+    phase = interpreter.eval_source("(define (phase x)\n  (+ x missing))\nphase", "phases.sexp")
+    with pytest.raises(UnboundName) as caught:
+        phase(1)
+    assert str(caught.value).startswith("phases.sexp:2:8: unbound name 'missing'")
+    with pytest.raises(ArityError, match="procedure 'phase' expects 1 argument, got 2"):
+        phase(1, 2)
+
+
+def test_a_procedure_called_by_a_tool_joins_the_run_that_called_the_tool():
+    def twice(fn, value):
+        return fn(fn(value))
+
+    interpreter = Interpreter(tools={"twice": twice}, limits=Limits(max_steps=50))
+    assert interpreter.eval_source("(twice (lambda (x) (* x 3)) 2)") == 18
+    assert interpreter.last_run.steps == 2
+    with pytest.raises(LimitExceeded):
+        interpreter.eval_source("(define (spin n) (spin n)) (twice spin 1)")
+
+
+def test_a_procedure_called_outside_any_run_gets_a_fresh_run_of_its_interpreter():
+    interpreter = Interpreter(limits=Limits(max_steps=100))
+    spin = interpreter.eval_source("(define (spin n) (spin n)) spin")
+    results = []
+    worker = threading.Thread(target=lambda: results.append(pytest.raises(LimitExceeded, spin, 1)))
+    worker.start()
+    worker.join()
+    assert results and results[0].value.limit == "max_steps"
+
+
+def test_isolated_runs_leave_the_globals_untouched():
+    interpreter = Interpreter()
+    program = interpreter.analyze("(define result (* x 2)) result")
+    assert interpreter.run(program, {"x": 5}, isolated=True).value == 10
+    assert interpreter.run(program, {"x": 7}, isolated=True).value == 14
+    with pytest.raises(UnboundName):
+        interpreter.eval_source("result")
+
+
+def test_an_analysed_program_runs_many_times_with_a_fresh_run_each_time():
+    interpreter = Interpreter()
+    program = interpreter.analyze('(log-message "run") (while #t :max-iterations 1 1)')
+    first, second = interpreter.run(program), interpreter.run(program)
+    assert first is not second and len(first.warnings) == len(second.warnings) == 1
+    assert first.log == second.log == ["run"]
+    assert interpreter.warnings is second.warnings
+
+
+# -- extension points ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def private_form_table():
+    """Forms a test registers are gone after it."""
+    saved = dict(SPECIAL_FORMS)
+    yield
+    SPECIAL_FORMS.clear()
+    SPECIAL_FORMS.update(saved)
+
+
+def test_a_module_adds_a_special_form_with_the_decorator(private_form_table):
+    @special_form("twice")
+    def _twice(analyzer: Analyzer, node, tail):
+        items = node.value
+        if len(items) != 2:
+            raise analyzer.syntax_error("twice needs one expression: (twice expr)", node)
+        body = analyzer.analyze(items[1])
+
+        def run(env, ev: Evaluation):
+            ev.warn("twice ran", node)
+            body(env, ev)
+            return body(env, ev)
+
+        return run
+
+    interpreter = Interpreter()
+    assert interpreter.eval_source("(define n 0) (twice (set! n (+ n 1)))") == 2
+    assert interpreter.warnings == ["<string>:1:14: twice ran"]
+    with pytest.raises(DslSyntaxError, match="twice needs one expression"):
+        interpreter.eval_source("(twice)")
+    with pytest.raises(ConfigurationError, match="special form 'twice' is already defined"):
+        special_form("twice")(_twice)
+    with pytest.raises(ConfigurationError, match="'twice' is a special form"):
+        interpreter.define("twice", 1)
+
+
+def test_a_special_form_may_keep_its_result_in_tail_position(private_form_table):
+    @special_form("tail-if")
+    def _tail_if(analyzer, node, tail):
+        test, then, otherwise = (analyzer.analyze(item, tail) for item in node.value[1:])
+        return lambda env, ev: then(env, ev) if test(env, ev) else otherwise(env, ev)
+
+    assert evaluate("(define (f n) (tail-if (= n 0) 'done (f (- n 1)))) (f 100000)") == "done"
+
+
+def test_any_callable_flagged_named_arguments_is_called_with_keyword_arguments():
+    class Atom:
+        named_arguments = True
+
+        def __call__(self, **inputs):
+            return {"status": "COMPLETE", "content": inputs}
+
+    interpreter = Interpreter()
+    interpreter.define("user:analyze", Atom())
+    assert "user:analyze" in interpreter.named_operators
+    assert interpreter.eval_source('(get-field (user:analyze (task "x") (n 2)) \'content)') == {"task": "x", "n": 2}
+    interpreter.define("user:analyze", len)
+    assert "user:analyze" not in interpreter.named_operators
+
+
+def test_tools_are_only_what_the_host_registers():
+    with pytest.raises(UnboundName):
+        evaluate("(open \"/etc/passwd\")")
+    with pytest.raises(UnboundName):
+        evaluate("(__import__ \"os\")")
+    assert isinstance(Interpreter(tools={"echo": print}).globals.vars["echo"], Tool)
+
+
+def test_every_error_escaping_a_program_is_a_dsl_error_with_a_position():
+    for program in ("(car)", "(echo)", "(f)", "(/ 1 0)", "(get-field 1 '__class__)"):
+        with pytest.raises(DslError) as caught:
+            Interpreter(tools={"echo": lambda text: text}).eval_source(program)
+        assert caught.value.node is not None
