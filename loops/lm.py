@@ -11,6 +11,7 @@ which never touches LiteLLM.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
 import importlib.util
 import os
@@ -143,6 +144,36 @@ def _generate_until(llama, request: Request, until: float) -> tuple[str, str | N
     return text, finish, Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
 
 
+def _generate_locked(llama, request: Request, until: float | None) -> tuple[str, str | None, Usage]:
+    with _generation_lock:
+        if until is not None and time.monotonic() >= until:
+            raise DeadlinePassed("the run's time was up before the embedded model started")
+        try:
+            return _generate(llama, request) if until is None else _generate_until(llama, request, until)
+        except ValueError as exc:
+            if "context window" not in str(exc):
+                raise
+            raise ContextLengthError(str(exc), provider="local") from exc
+
+
+def _generate_by(llama, request: Request, until: float) -> tuple[str, str | None, Usage]:
+    """`_generate_locked` in a worker thread, abandoned at the deadline: reading the prompt cannot be
+    interrupted, but the worker stops itself at the first token after the deadline."""
+    outcome: concurrent.futures.Future = concurrent.futures.Future()
+
+    def work() -> None:
+        try:
+            outcome.set_result(_generate_locked(llama, request, until))
+        except BaseException as exc:  # handed to the caller, who re-raises it
+            outcome.set_exception(exc)
+
+    threading.Thread(target=work, daemon=True, name="loops-llama").start()
+    try:
+        return outcome.result(timeout=max(0.0, until - time.monotonic()))
+    except concurrent.futures.TimeoutError:
+        raise DeadlinePassed("the embedded model's generation was abandoned at the run's deadline") from None
+
+
 class LlamaEngine:
     """A DSPy engine over a llama.cpp model; `llama` defaults to the process's shared SmolLM2."""
 
@@ -158,18 +189,10 @@ class LlamaEngine:
     def complete(self, request: Request) -> Response:
         llama = self._llama if self._llama is not None else _shared_model()
         until = deadline()
-        with _generation_lock:
-            if until is not None and time.monotonic() >= until:
-                raise DeadlinePassed("the run's time was up before the embedded model started")
-            try:
-                if until is None:
-                    text, finish, usage = _generate(llama, request)
-                else:
-                    text, finish, usage = _generate_until(llama, request, until)
-            except ValueError as exc:
-                if "context window" not in str(exc):
-                    raise
-                raise ContextLengthError(str(exc), provider="local") from exc
+        if until is None:
+            text, finish, usage = _generate_locked(llama, request, None)
+        else:
+            text, finish, usage = _generate_by(llama, request, until)
         return Response(
             id=None,
             model=request.model,

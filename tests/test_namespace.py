@@ -80,6 +80,7 @@ def _setuptools_version() -> tuple[int, ...]:
     return tuple(int(part) for part in setuptools.__version__.split(".")[:2] if part.isdigit())
 
 
+@pytest.mark.slow
 def test_a_users_signatures_and_optimize_modules_do_not_shadow_ours_regular_install(tmp_path):
     # Built from a copy, so the build leaves nothing behind in the repository.
     source = tmp_path / "source"

@@ -71,3 +71,23 @@ def test_execute_validate_controller_runs_real_tests_on_the_model_code(embedded,
     assert (tmp_path / "solution.py").exists()
     if not result.success:  # the analyst is not asked after the last attempt: nothing would follow
         assert roles == ["executor", "validator", "analyst", "executor", "validator"]
+
+
+@pytest.mark.parametrize("driver", ["forward", "aforward"])
+def test_the_run_deadline_ends_an_embedded_generation_in_flight(driver):
+    import asyncio
+    import time
+
+    module = CreatorCriticIterator(max_iterations=3)
+    essay = "Write a very long essay about rivers, at least 2000 words."
+    with dspy.context(lm=local_lm(max_tokens=4000)):
+        started = time.monotonic()
+        if driver == "forward":
+            result = module(requirements=essay, timeout_s=1.5)
+        else:
+            result = asyncio.run(module.acall(requirements=essay, timeout_s=1.5))
+        elapsed = time.monotonic() - started
+    assert result.stop_reason == "timeout"
+    assert elapsed < 1.5 + 0.5, f"the run overran its deadline by {elapsed - 1.5:.2f}s"
+    assert result.trace[-1].error == "abandoned at the deadline"
+    assert result.lm_calls == len(result.trace)  # the abandoned request counts
