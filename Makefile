@@ -9,7 +9,8 @@ DEMO_REQUIREMENTS ?= Write a two-sentence product description for a reusable wat
 .PHONY: demo test clean
 
 demo: $(VENV)/.installed-local
-	$(BIN)/loops refine "$(DEMO_REQUIREMENTS)" --max-iterations 2 --trace demo-trace.jsonl
+	@# Exit code 1 means the loop ran and stopped without approval (likely with a 135M model): still a good demo.
+	$(BIN)/loops refine "$(DEMO_REQUIREMENTS)" --max-iterations 2 --trace demo-trace.jsonl || [ $$? -eq 1 ]
 
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check loops signatures sexp benchmarks tests

@@ -11,6 +11,7 @@ which never touches LiteLLM.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import importlib
 import importlib.util
@@ -82,7 +83,21 @@ def _shared_model():
             _model = llama_cpp.Llama(
                 model_path=str(path), n_ctx=CONTEXT_TOKENS, n_threads=_THREADS, n_threads_batch=_THREADS, verbose=False
             )
+            atexit.register(_close_shared_model)
     return _model
+
+
+def _close_shared_model() -> None:
+    """Free the model before interpreter shutdown: llama.cpp's own `__del__` then finds its C bindings
+    gone and prints a TypeError. A generation abandoned at a deadline may still hold the model; then
+    leave it to the process's exit."""
+    global _model
+    if _model is not None and _generation_lock.acquire(timeout=1.0):
+        try:
+            _model.close()
+            _model = None
+        finally:
+            _generation_lock.release()
 
 
 def _chat_messages(request: Request) -> list[dict[str, str]]:
