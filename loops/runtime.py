@@ -36,11 +36,12 @@ from loops.budget import Budget, RetryPolicy
 from loops.contracts import PhaseContract
 from loops.errors import ConfigurationError, LimitReached, LoopsError, RoleFailed, RunError
 
-StopReason = Literal["approved", "stopped", "no_progress", "max_iterations", "timeout", "context_limit", "lm_calls",
-                     "tokens", "cost", "error"]
+StopReason = Literal["approved", "stopped", "completed", "no_progress", "max_iterations", "timeout", "context_limit",
+                     "lm_calls", "tokens", "cost", "error"]
 STOP_REASONS: Mapping[str, str] = {
     "approved": "the critic approved the draft (Creator–Critic–Iterator)",
     "stopped": "the controller decided to stop (Execute–Validate, Director)",
+    "completed": "the program ran to its end (a DSL program, loops.sexp.compile)",
     "no_progress": "every candidate of an iteration repeated code already tried (Execute–Validate)",
     "max_iterations": "the iteration budget ran out",
     "timeout": "the run's wall-clock budget (timeout_s) ran out",

@@ -24,6 +24,7 @@ with lexical scopes, proper tail calls, a step budget and a wall clock::
 
 from typing import Any
 
+from loops.sexp.atoms import Atom
 from loops.sexp.errors import (
     ArityError,
     DslError,
@@ -38,6 +39,7 @@ from loops.sexp.errors import (
 from loops.sexp.evaluator import Analyzer, Closure, Env, Evaluation, Limits, special_form
 from loops.sexp.host import Tool, WorkspaceContext
 from loops.sexp.interpreter import Interpreter, Program
+from loops.sexp.program import SexpProgram, compile
 from loops.sexp.reader import Node, read
 from loops.sexp.values import NIL, Keyword, Symbol, to_source
 
@@ -45,6 +47,7 @@ __all__ = [
     "NIL",
     "Analyzer",
     "ArityError",
+    "Atom",
     "Closure",
     "DslError",
     "DslSyntaxError",
@@ -59,11 +62,13 @@ __all__ = [
     "Limits",
     "Node",
     "Program",
+    "SexpProgram",
     "Symbol",
     "Tool",
     "ToolError",
     "UnboundName",
     "WorkspaceContext",
+    "compile",
     "evaluate",
     "read",
     "special_form",

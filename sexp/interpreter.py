@@ -8,8 +8,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 # Imported for their side effect: they fill the special-form table.
+import loops.sexp.atoms
 import loops.sexp.bounded_loops
-import loops.sexp.forms  # noqa: F401
+import loops.sexp.forms
+import loops.sexp.loop_forms  # noqa: F401
 from loops.errors import ConfigurationError
 from loops.sexp.errors import DslSyntaxError, LimitExceeded
 from loops.sexp.evaluator import SPECIAL_FORMS, Analyzer, Env, Evaluation, Exec, Limits
@@ -60,6 +62,7 @@ class Interpreter:
         self.workspace = workspace
         self.context = context if context is not None else WorkspaceContext(workspace)
         self.named_operators: set[str] = set()
+        self.atoms: dict[str, Any] = {}  # by name, as `defatom` forms are analysed
         self.globals = Env(dict(PRIMITIVES))
         self.last_run: Evaluation | None = None
         self.define("system:execute_shell_command", shell_command_tool(workspace))

@@ -7,7 +7,7 @@ def test_the_public_api_is_exactly_what_all_lists():
         "NIL", "Analyzer", "ArityError", "Closure", "DslError", "DslSyntaxError", "DslTypeError", "DslValueError",
         "Env", "Evaluation", "IncompleteInput", "Interpreter", "Keyword", "LimitExceeded", "Limits", "Node",
         "Program", "Symbol", "Tool", "ToolError", "UnboundName", "WorkspaceContext", "evaluate", "read",
-        "special_form", "to_source",
+        "special_form", "to_source", "Atom", "SexpProgram", "compile",
     }
     assert all(hasattr(loops.sexp, name) for name in loops.sexp.__all__)
 

@@ -1,0 +1,285 @@
+"""The loop forms: the seeds' `iterative-loop` and `director-evaluator-loop`, and `creator-critic-loop`.
+
+Each form runs its phase lambdas on the library's own module for the pattern, through its public
+constructor and the phase contract tables of `loops.contracts` (iteration numbers 1-based, always
+the last argument), so a DSL loop has the same budget, trace, retries and stop reasons as a Python
+one; there is no second loop implementation here.
+
+    (iterative-loop
+      (max-iterations 3)
+      (initial-input (list (list 'prompt "...")))
+      (test-command "pytest -q")
+      (executor   (lambda (input iteration) ...))
+      (validator  (lambda (command iteration) ...))
+      (controller (lambda (result validation input iteration) ... (list 'continue next-input))))
+
+    (director-evaluator-loop
+      (max-iterations 3)
+      (initial-director-input "goal")
+      (director   (lambda (input iteration) ...))           ; -> a plan
+      (executor   (lambda (plan iteration) ...))            ; -> a result
+      (evaluator  (lambda (result plan iteration) ...))     ; -> feedback
+      (controller (lambda (feedback plan result iteration) ... (list 'stop result))))
+
+    (creator-critic-loop
+      (max-iterations 3)
+      (requirements "a slogan")
+      (context "")                                          ; optional
+      (creator  (lambda (requirements context iteration) ...))         ; -> a draft
+      (critic   (lambda (requirements draft iteration) ...))           ; -> a verdict
+      (iterator (lambda (requirements draft verdict iteration) ...)))  ; -> the revised draft
+
+Clauses are checked when the program is analysed (missing, duplicate, unknown) and the phases when
+the form runs, before the loop starts (a procedure, of the contract's arity); each error points at
+its clause. A controller decides with `(list 'continue next-input)` or `(list 'stop value)`; a
+critic's verdict is `#t`/`#f`, `(list approved feedback)` or a record with `approved`. A malformed
+decision or verdict, or any DSL error inside a phase, is a bug in the program: it propagates with
+its position. A limit (max-iterations, the run's time, LM calls, tokens) ends the loop gracefully
+with a warning; the form's value is then the last executor result (the last draft), nil when none
+ran. Inside every phase `*loop-config*` is a record of the form's configuration (`max-iterations`
+and its input clause), as in the seed project.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loops.budget import Budget
+from loops.contracts import CREATOR_CRITIC, DIRECTOR, EXECUTE_VALIDATE, PhaseContract, verdict_approved
+from loops.errors import ConfigurationError, LimitReached
+from loops.runtime import current_run
+from loops.sexp.errors import ArityError, DslTypeError, DslValueError
+from loops.sexp.evaluator import Analyzer, Closure, Env, Evaluation, Exec, call_python, run_closure, special_form
+from loops.sexp.reader import Node
+from loops.sexp.values import NIL, to_dsl, to_source
+
+__all__ = ["LOOP_FORMS"]
+
+
+@dataclass(frozen=True)
+class LoopForm:
+    """One loop form: its clauses, which pattern runs it and with which contracts."""
+
+    name: str
+    inputs: tuple[str, ...]  # value clauses (evaluated once), required
+    optional: tuple[str, ...]  # value clauses that may be left out
+    contracts: dict[str, PhaseContract]
+
+    @property
+    def clauses(self) -> tuple[str, ...]:
+        return ("max-iterations", *self.inputs, *self.optional, *self.contracts)
+
+
+LOOP_FORMS = {
+    form.name: form for form in (
+        LoopForm("iterative-loop", ("initial-input", "test-command"), (), dict(EXECUTE_VALIDATE)),
+        LoopForm("director-evaluator-loop", ("initial-director-input",), (), dict(DIRECTOR)),
+        LoopForm("creator-critic-loop", ("requirements",), ("context",), dict(CREATOR_CRITIC)),
+    )
+}
+_DECISION = "(list 'continue next-input) or (list 'stop value)"
+_VERDICT = "#t or #f, (list approved feedback) or a record with approved"
+
+
+class _Attempt:
+    """An executor's value on its way through the Execute–Validate module: boxed, so the module treats
+    it as an opaque attempt (a DSL record of strings is not a set of files to write)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+def _unbox(value: Any) -> Any:
+    return value.value if type(value) is _Attempt else value
+
+
+def _analyze_clauses(analyzer: Analyzer, node: Node, form: LoopForm) -> dict[str, tuple[Node, Exec]]:
+    found: dict[str, tuple[Node, Exec]] = {}
+    for clause in node.value[1:]:
+        key = clause.value[0].symbol if clause.is_list and clause.value else None
+        if key not in form.clauses:
+            shown = to_source(clause.to_value())
+            raise analyzer.syntax_error(
+                f"{form.name} has no clause {shown[:60]}{'...' if len(shown) > 60 else ''} "
+                f"(its clauses: {' '.join(form.clauses)})", clause)
+        if key in found:
+            raise analyzer.syntax_error(f"{form.name}: clause '{key}' is given twice", clause)
+        if len(clause.value) != 2:
+            raise analyzer.syntax_error(f"{form.name}: clause '{key}' takes one expression: ({key} expr)", clause)
+        found[key] = (clause, analyzer.analyze(clause.value[1]))
+    missing = [key for key in form.clauses if key not in found and key not in form.optional]
+    if missing:
+        raise analyzer.syntax_error(f"{form.name} is missing the clause ({missing[0]} ...) "
+                                    f"(it needs: {' '.join(key for key in form.clauses if key not in form.optional)})",
+                                    node)
+    return found
+
+
+def _phase(form: LoopForm, role: str, clause: Node, procedure: Any, config: dict[str, Any], ev: Evaluation,
+           check: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
+    """A phase procedure as the module's phase: called with its contract's arguments, it runs the
+    procedure in this evaluation (with `*loop-config*` bound) and checks what it returned."""
+    contract = form.contracts[role]
+    count = len(contract.params)
+    if type(procedure) is Closure:
+        if not procedure.accepts(count):
+            raise ArityError(f"{form.name}: the {role} must take {count} argument(s) "
+                             f"({' '.join(contract.params)}), but {procedure.describe()} takes "
+                             f"{_takes(procedure)}", clause)
+        procedure = Closure(procedure.params, procedure.rest, procedure.body,
+                            Env({"*loop-config*": config}, procedure.env), procedure.name, procedure.node,
+                            procedure.interpreter)
+    elif not callable(procedure):
+        raise DslTypeError(f"{form.name}: the {role} must be a procedure of {count} argument(s) "
+                           f"({' '.join(contract.params)}), got {to_source(procedure)}", clause)
+
+    def phase(*args: Any) -> Any:
+        args = tuple(_unbox(arg) for arg in args)
+        if type(procedure) is Closure:
+            value = run_closure(procedure, args, clause, ev)
+        else:
+            value = call_python(procedure, args, None, clause)
+        return check(value) if check is not None else value
+
+    phase.__qualname__ = f"{form.name} {role}"
+    return phase
+
+
+def _takes(closure: Closure) -> str:
+    low, high = closure.arity
+    return f"at least {low}" if high is None else str(low)
+
+
+def _decision(clause: Node) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if type(value) is tuple and len(value) == 2 and isinstance(value[0], str) and value[0] in ("continue", "stop"):
+            return (str(value[0]), value[1])
+        raise DslValueError(f"the controller returned {to_source(value)[:80]}, which is not a decision: "
+                            f"expected {_DECISION}", clause)
+    return check
+
+
+def _verdict(clause: Node) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        try:
+            verdict_approved(value)
+        except ConfigurationError:
+            raise DslValueError(f"the critic returned {to_source(value)[:80]}, which is not a verdict: "
+                                f"expected {_VERDICT}", clause) from None
+        return value
+    return check
+
+
+def _iterations(value: Any, clause: Node) -> int:
+    if type(value) is not int or value < 0:
+        raise DslValueError(f"max-iterations must be a non-negative integer, got {to_source(value)}", clause)
+    return value
+
+
+def _budget(max_iterations: int, ev: Evaluation, node: Node) -> Budget:
+    """The loop's budget: its own iterations, within what is left of the enclosing run's."""
+    outer = current_run()
+    if outer is None:
+        left = ev.deadline - time.monotonic()
+        return Budget(max_iterations=max_iterations, timeout_s=None if math.isinf(left) else max(left, 0.001))
+    limits: dict[str, Any] = {"max_iterations": max_iterations}
+    budget = outer.budget
+    if budget.timeout_s is not None:
+        limits["timeout_s"] = max(outer.time_left() or 0.0, 0.001)
+    if budget.max_lm_calls is not None:
+        left = budget.max_lm_calls - outer.lm_calls
+        if left <= 0:
+            raise LimitReached("lm_calls", f"{node.location}: no LM calls left for the loop")
+        limits["max_lm_calls"] = left
+    if budget.max_tokens is not None:
+        left = budget.max_tokens - outer.usage.tokens
+        if left <= 0:
+            raise LimitReached("tokens", f"{node.location}: no tokens left for the loop")
+        limits["max_tokens"] = left
+    if budget.max_cost_usd is not None:
+        left = budget.max_cost_usd - (outer.usage.cost_usd or 0.0)
+        if left <= 0:
+            raise LimitReached("cost", f"{node.location}: no budget left for the loop")
+        limits["max_cost_usd"] = left
+    return budget.override(**limits)
+
+
+def _fold(prediction: Any, form: LoopForm, ev: Evaluation, node: Node) -> None:
+    """The loop's run into the enclosing one: its trace, calls, tokens and histories; its warnings
+    into the program's, at the form's position."""
+    outer = current_run()
+    if outer is not None:
+        outer.trace.extend(prediction.trace)
+        outer.lm_calls += prediction.lm_calls
+        outer.usage.tokens += prediction.tokens
+        if outer.usage.cost_usd is not None and prediction.cost_usd is not None:
+            outer.usage.cost_usd += prediction.cost_usd
+        for role, history in prediction.histories.items():
+            outer.turns.setdefault(role, []).extend(history.messages)
+    for warning in prediction.warnings:
+        ev.warn(f"{form.name}: {warning}", node)
+
+
+def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    form = LOOP_FORMS[name]
+
+    @special_form(name)
+    def analyze(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
+        clauses = _analyze_clauses(analyzer, node, form)
+        value_clauses = [key for key in ("max-iterations", *form.inputs, *form.optional) if key in clauses]
+
+        def run(env: Env, ev: Evaluation) -> Any:
+            ev.tick(node)
+            values = {key: clauses[key][1](env, ev) for key in value_clauses}
+            max_iterations = _iterations(values["max-iterations"], clauses["max-iterations"][0])
+            config = {key: values[key] for key in value_clauses}
+            phases = {}
+            for role in form.contracts:
+                clause, procedure = clauses[role]
+                check = _decision(clause) if role == "controller" else _verdict(clause) if role == "critic" else None
+                phases[role] = _phase(form, role, clause, procedure(env, ev), config, ev, check)
+            if max_iterations == 0:
+                return NIL
+            module = build(phases, ev)
+            prediction = module(**inputs(values), budget=_budget(max_iterations, ev, node))
+            _fold(prediction, form, ev, node)
+            final = _unbox(prediction.final)
+            return NIL if final is None else to_dsl(final)
+
+        return run
+
+
+def _execute_validate(phases: dict[str, Any], ev: Evaluation) -> Any:
+    from loops.execute_validate import ExecuteValidateController
+
+    executor = phases["executor"]
+    workspace = ev.interpreter.workspace or os.getcwd()
+    return ExecuteValidateController(executor=lambda current, iteration: _Attempt(executor(current, iteration)),
+                                     validator=phases["validator"], controller=phases["controller"],
+                                     workspace=workspace)
+
+
+def _director(phases: dict[str, Any], ev: Evaluation) -> Any:
+    from loops.director import DirectorExecutorEvaluatorController
+
+    return DirectorExecutorEvaluatorController(**phases)
+
+
+def _creator_critic(phases: dict[str, Any], ev: Evaluation) -> Any:
+    from loops.creator_critic import CreatorCriticIterator
+
+    return CreatorCriticIterator(**phases)
+
+
+_loop_form("iterative-loop", _execute_validate,
+           lambda values: {"initial_input": values["initial-input"], "test_command": values["test-command"]})
+_loop_form("director-evaluator-loop", _director, lambda values: {"initial_input": values["initial-director-input"]})
+_loop_form("creator-critic-loop", _creator_critic,
+           lambda values: {"requirements": values["requirements"], "context": values.get("context", "")})

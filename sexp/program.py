@@ -1,0 +1,127 @@
+"""`compile`: a DSL program as a `dspy.Module` that optimizers tune like any other.
+
+    >>> program = loops.sexp.compile('''
+    ...     (defatom user:slogan (params (product string)) (instructions "A slogan for {{product}}."))
+    ...     (get-field (user:slogan (product name)) "content")''')
+    >>> program.named_predictors()          # [('user:slogan', Predict(UserSloganSignature(...)))]
+    >>> program(name="a water bottle").result
+
+The program is read and analysed once, when compiled (every syntax error is raised then). Each call
+runs it in a fresh scope under the interpreter's globals, with the keyword inputs bound as variables,
+as one run of the loop runtime: atoms called anywhere in it are role calls of that run (traced,
+budget-checked, retried), and a loop form's run folds into it. The prediction has `result` (the value
+of the last form) with the runtime's result fields (`final` is `result`; `success` is True when the
+program ran to its end, `stop_reason` "completed"; a spent budget stops it gracefully, with the
+warnings and trace so far). A DSL error raises, with its position.
+
+Top-level `defatom`s are the module's predictors, named by their DSL names, so `save()`/`load()` and
+every teleprompter see them before the program runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from loops.contracts import contracts
+from loops.errors import ConfigurationError
+from loops.module import LoopModule
+from loops.runtime import Program, Run
+from loops.sexp.atoms import atom_predictors
+from loops.sexp.evaluator import Env, Limits
+from loops.sexp.interpreter import Interpreter
+from loops.sexp.values import to_dsl
+
+__all__ = ["SexpProgram", "compile"]
+
+
+class SexpProgram(LoopModule):
+    """A compiled DSL program; see the module docstring. Build it with `loops.sexp.compile`."""
+
+    contracts = contracts(program=(("bindings",), "the value of the program's last form"))
+    aliases = {"result": "final"}
+
+    def __init__(self, source: str, filename: str = "<string>", *,
+                 tools: Mapping[str, Callable[..., Any]] | None = None, context: Callable[..., Any] | None = None,
+                 workspace: str | os.PathLike[str] | None = None, limits: Limits | None = None, **options: Any):
+        options.setdefault("max_iterations", 1)
+        super().__init__(**options)
+        self.source = source
+        self.filename = filename
+        self._interpreter = Interpreter(tools, context, workspace=workspace, limits=limits)
+        self._program = self._interpreter.analyze(source, filename)
+        top_level = {node.value[1].symbol for node in self._program.nodes
+                     if node.is_list and len(node.value) > 1 and node.value[0].symbol == "defatom"}
+        self._atom_names = tuple(name for name in self._interpreter.atoms if name in top_level)
+        for name in self._atom_names:
+            if name in vars(self) or hasattr(type(self), name):
+                raise ConfigurationError(f"the atom name {name!r} is taken by the program module's own attribute; "
+                                         "rename the atom (e.g. with a user: prefix)")
+            setattr(self, name, self._interpreter.atoms[name].predictor)
+            self._llm_roles.append(name)
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        return self._forward({}, bindings=inputs)
+
+    async def aforward(self, **inputs: Any) -> dspy.Prediction:
+        return await self._aforward({}, bindings=inputs)
+
+    def _loop(self, run: Run, bindings: dict[str, Any]) -> Program:
+        run.next_iteration()
+        value = yield from run.call_phase("program", self._evaluate, bindings=bindings)
+        return run.finish("completed", final=value, success=True)
+
+    def _evaluate(self, bindings: dict[str, Any]) -> Any:
+        from loops.runtime import current_run
+
+        interpreter = self._interpreter
+        ev = interpreter.start_evaluation()
+        env = Env({str(name): to_dsl(value) for name, value in bindings.items()}, interpreter.globals)
+        token = atom_predictors.set({name: getattr(self, name) for name in self._atom_names})
+        try:
+            with ev.active():
+                for run_form in self._program.execs:
+                    ev.value = run_form(env, ev)
+        finally:
+            atom_predictors.reset(token)
+            run = current_run()
+            if run is not None:
+                run.warnings.extend(ev.warnings)
+        return ev.value
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SexpProgram:
+        """The analysed program is shared (it holds no run state); the atoms' predictors are copied."""
+        twin = copy.copy(self)
+        twin.__dict__ = dict(self.__dict__)
+        twin._llm_roles = list(self._llm_roles)
+        for name in self._atom_names:
+            setattr(twin, name, copy.deepcopy(getattr(self, name), memo))
+        return twin
+
+
+def compile(source_or_path: str | os.PathLike[str], tools: Mapping[str, Callable[..., Any]] | None = None,
+            context: Callable[..., Any] | None = None, **options: Any) -> SexpProgram:
+    """Read and analyse a DSL program (its text, or the path of a `.sexp` file) into a `SexpProgram`.
+
+    `tools` maps names (`"echo"`, `"math:add"`) to Python callables taking keyword arguments;
+    `context` answers `get_context` (a callable taking `query`, `inputs` and `matching_strategy`
+    keyword arguments, returning a list of paths). Other options: `workspace` (where the shell tool
+    and the default context provider work), `limits` (`loops.sexp.Limits`: steps, wall clock, depth)
+    and the loop module's own (`budget`, `retry`, `strict`, `history_window`, `checkpoint`, ...).
+    """
+    if isinstance(source_or_path, os.PathLike) or (
+            isinstance(source_or_path, str) and source_or_path.endswith(".sexp") and "\n" not in source_or_path):
+        path = Path(source_or_path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read the DSL program {str(path)!r}: {exc.strerror or exc}") from None
+        return SexpProgram(text, str(path), tools=tools, context=context, **options)
+    if not isinstance(source_or_path, str):
+        raise ConfigurationError(f"compile takes DSL source text or a path, got {type(source_or_path).__name__}")
+    return SexpProgram(source_or_path, tools=tools, context=context, **options)

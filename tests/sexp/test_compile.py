@@ -1,0 +1,214 @@
+"""`loops.sexp.compile`: a DSL program is a `dspy.Module` — its atoms are predictors named by their DSL
+names, teleprompters optimize it, the optimized program saves and loads in a fresh process, and
+concurrent `acall`s overlap their LM waits."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import dspy
+import pytest
+
+from loops import ConfigurationError
+from loops.sexp import DslSyntaxError, SexpProgram
+from loops.sexp import compile as compile_program
+from tests.scripted import ScriptedEngine, scripted_lm
+
+SLOGAN = """
+(defatom user:slogan
+  (params (product string))
+  (instructions "Write a short slogan for {{product}}.")
+  (returns (slogan string)))
+(get-field (user:slogan (product product)) "slogan")
+"""
+
+
+def slogan_lm(latency_s: float = 0.0) -> dspy.LM:
+    def answer(engine, request):
+        product = request.messages[-1].text.split("[[ ## product ## ]]")[-1].split("\n\n")[0].strip()
+        return {"slogan": f"{product}: simply better"}
+    engine = SlowEngine(answer, latency_s)
+    return dspy.LM("scripted/slogan", engine=engine, cache=False, num_retries=0)
+
+
+class SlowEngine(ScriptedEngine):
+    """Answers like `ScriptedEngine`, each answer taking `latency_s` (outside the lock: calls overlap)."""
+
+    def __init__(self, script, latency_s: float):
+        super().__init__(script)
+        self.latency_s = latency_s
+
+    def complete(self, request):
+        time.sleep(self.latency_s)
+        return super().complete(request)
+
+
+def test_the_atoms_are_predictors_named_by_their_dsl_names():
+    program = compile_program(SLOGAN)
+    assert isinstance(program, SexpProgram) and isinstance(program, dspy.Module)
+    [(name, predictor)] = program.named_predictors()
+    assert name == "user:slogan"
+    assert list(predictor.signature.input_fields) == ["product", "history"]
+    assert list(predictor.signature.output_fields) == ["slogan"]
+    assert predictor.signature.instructions == "Write a short slogan for `product`."
+
+
+def test_keyword_inputs_are_variables_and_the_prediction_has_the_result_shape():
+    with dspy.context(lm=slogan_lm(), adapter=dspy.ChatAdapter()):
+        result = compile_program(SLOGAN)(product="a bottle")
+    assert result.result == result.final == "a bottle: simply better"
+    assert (result.success, result.stop_reason, result.lm_calls, result.warnings) == (True, "completed", 1, [])
+    assert [step.role for step in result.trace] == ["user:slogan", "program"]
+    assert list(result.histories) == ["user:slogan"]
+
+
+def test_forward_and_acall_run_the_same_program():
+    program = compile_program(SLOGAN)
+    with dspy.context(lm=slogan_lm(), adapter=dspy.ChatAdapter()):
+        sync = program(product="tea")
+        concurrent = asyncio.run(program.acall(product="tea"))
+    assert sync.result == concurrent.result
+    assert [step.role for step in sync.trace] == [step.role for step in concurrent.trace]
+
+
+def test_twenty_concurrent_acalls_overlap_their_lm_waits():
+    program = compile_program(SLOGAN)
+    lm = slogan_lm(latency_s=0.05)
+
+    async def many():
+        with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+            return await asyncio.gather(*(program.acall(product=f"p{number}") for number in range(20)))
+
+    started = time.monotonic()
+    results = asyncio.run(many())
+    elapsed = time.monotonic() - started
+    assert [result.result for result in results] == [f"p{number}: simply better" for number in range(20)]
+    assert elapsed < 0.6, f"20 runs of a 50 ms LM took {elapsed:.2f}s: their waits did not overlap"
+
+
+def test_syntax_errors_are_raised_at_compile_time_with_the_file_position(tmp_path):
+    path = tmp_path / "broken.sexp"
+    path.write_text("(define x 1)\n(if)\n")
+    with pytest.raises(DslSyntaxError) as raised:
+        compile_program(path)
+    assert str(raised.value).startswith(f"{path}:2:1: malformed if")
+
+
+def test_a_program_file_compiles_from_its_path(tmp_path):
+    path = tmp_path / "double.sexp"
+    path.write_text("(* 2 n)")
+    assert compile_program(str(path))(n=21).result == 42
+
+
+def test_a_program_with_atoms_and_no_lm_raises_before_any_call():
+    with dspy.context(lm=None), pytest.raises(ConfigurationError, match="no LM is configured for the user:slogan"):
+        compile_program(SLOGAN)(product="x")
+
+
+def test_an_atom_name_taken_by_the_module_is_refused():
+    with pytest.raises(ConfigurationError, match="'forward' is taken"):
+        compile_program('(defatom forward (instructions "x"))')
+
+
+def test_a_deep_copy_shares_the_analysed_program_and_copies_the_predictors():
+    program = compile_program(SLOGAN)
+    twin = copy.deepcopy(program)
+    assert twin._program is program._program
+    assert twin.named_predictors()[0][1] is not program.named_predictors()[0][1]
+    twin.named_predictors()[0][1].demos = [dspy.Example(product="x", slogan="y")]
+    assert program.named_predictors()[0][1].demos == []
+    with dspy.context(lm=slogan_lm(), adapter=dspy.ChatAdapter()):
+        assert twin(product="a").result == program(product="a").result
+
+
+def test_bootstrap_few_shot_compiles_a_dsl_program_and_the_saved_program_loads_in_a_fresh_process(tmp_path):
+    trainset = [dspy.Example(product=name, answer=f"{name}: simply better").with_inputs("product")
+                for name in ("tea", "coffee", "juice")]
+
+    def metric(example, prediction, trace=None):
+        return prediction.result == example.answer
+
+    optimizer = dspy.BootstrapFewShot(metric=metric, max_bootstrapped_demos=2, max_labeled_demos=0)
+    with dspy.context(lm=slogan_lm(), adapter=dspy.ChatAdapter()):
+        optimized = optimizer.compile(compile_program(SLOGAN), trainset=trainset)
+    demos = optimized.named_predictors()[0][1].demos
+    assert [demo["slogan"] for demo in demos] == ["tea: simply better", "coffee: simply better"]
+    saved = tmp_path / "slogan.json"
+    optimized.save(str(saved))
+    assert json.loads(saved.read_text())["user:slogan"]["demos"]
+
+    script = textwrap.dedent(f"""
+        import dspy
+        from loops.sexp import compile
+        from tests.scripted import scripted_lm
+        program = compile({SLOGAN!r})
+        program.load({str(saved)!r})
+        lm = scripted_lm([{{"slogan": "fresh"}}])
+        with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+            result = program(product="soda")
+        demos = program.named_predictors()[0][1].demos
+        prompt = lm.engine.requests[0].messages
+        print(result.result, len(demos), sum("tea" in (message.text or "") for message in prompt))
+    """)
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["fresh", "2", "2"]  # the demo's input and its answer
+
+
+def test_a_seed_style_coding_loop_runs_with_tools_a_real_test_command_and_an_analysis_atom(tmp_path):
+    """The seed project's coding workflow, in its style: a planning atom, an executor tool that writes
+    code (standing in for Aider), the validator running pytest through the shell tool, and a
+    controller deciding on a JSON analysis atom's verdict."""
+    (tmp_path / "test_greet.py").write_text("from greet import greet\n\ndef test_greet():\n"
+                                            "    assert greet('Ada') == 'Hello, Ada!'\n")
+    source = (Path(__file__).resolve().parents[2] / "examples" / "coding_loop.sexp")
+    written: list[str] = []
+
+    def write_code(prompt: str, files=None):
+        code = "def greet(name):\n    return 'Hi ' + name\n" if not written else \
+            "def greet(name):\n    return f'Hello, {name}!'\n"
+        (tmp_path / "greet.py").write_text(code)
+        written.append(prompt)
+        return {"status": "COMPLETE", "content": code}
+
+    answers = iter([
+        {"steps": "Write greet(name) in greet.py", "files": ["greet.py"]},
+        {"success": False, "analysis": "The greeting is wrong.", "next_input": "Return 'Hello, NAME!'",
+         "new_files": []},
+        {"success": True, "analysis": "Tests pass.", "next_input": None, "new_files": []},
+    ])
+    lm = scripted_lm(lambda engine, request: next(answers))
+    program = compile_program(source, tools={"coder:write": write_code}, workspace=tmp_path)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        result = program(goal="Define greet(name) returning 'Hello, {name}!'",
+                         **{"test-command": "python -m pytest -q"})
+    assert result.result["success"] is True
+    assert written == ["Write greet(name) in greet.py", "Return 'Hello, NAME!'"]
+    assert [step.role for step in result.trace if step.role != "program"] == [
+        "user:plan", "executor", "validator", "user:analyze", "controller",
+        "executor", "validator", "user:analyze", "controller"]
+    assert result.lm_calls == 3
+
+
+def test_concurrent_runs_of_one_program_share_no_state():
+    program = compile_program("(define total 0) (loop 1000 (set! total (+ total n))) total")
+    results: list[int] = []
+
+    def run(number):
+        results.append(program(n=number).result)
+
+    threads = [threading.Thread(target=run, args=(number,)) for number in range(1, 9)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == [1000 * number for number in range(1, 9)]

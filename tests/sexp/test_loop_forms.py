@@ -1,0 +1,243 @@
+"""The loop forms run their phase lambdas on the library's modules: clauses checked before the loop
+starts, 1-based iteration numbers, decisions, limits, and DSL errors that keep their position."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+
+from loops import Budget
+from loops.sexp import ArityError, DslError, DslSyntaxError, DslTypeError, DslValueError, Interpreter, UnboundName
+from loops.sexp import compile as compile_program
+from tests.scripted import scripted_lm
+
+
+def run(source: str, **bindings):
+    interpreter = Interpreter()
+    value = interpreter.eval_source(source, bindings=bindings)
+    return value, interpreter.warnings
+
+
+def iterative(max_iterations="3", controller="(lambda (r v input n) (list 'stop r))",
+              validator="(lambda (c n) (begin (set! seen (append seen (list (list 'validator c n)))) 0))",
+              executor="(lambda (input n) (begin (set! seen (append seen (list (list 'executor input n)))) "
+                       "(list 'attempt input n)))", extra=""):
+    return f"""(define seen '())
+(define value
+  (iterative-loop
+    (max-iterations {max_iterations})
+    (initial-input "task")
+    (test-command "pytest -q")
+    (executor {executor})
+    (validator {validator})
+    (controller {controller}){extra}))
+(list value seen)"""
+
+
+def test_iterative_loop_stops_at_once_with_the_controllers_value():
+    (value, seen), warnings = run(iterative())
+    assert value == ("attempt", "task", 1)
+    assert seen == (("executor", "task", 1), ("validator", "pytest -q", 1))
+    assert warnings == []
+
+
+def test_iterative_loop_continues_with_the_next_input_then_stops():
+    controller = "(lambda (r v input n) (if (< n 3) (list 'continue (string-append input \"+\")) (list 'stop n)))"
+    (value, seen), _ = run(iterative(controller=controller, max_iterations="5"))
+    assert value == 3
+    assert [entry for entry in seen if entry[0] == "executor"] == [
+        ("executor", "task", 1), ("executor", "task+", 2), ("executor", "task++", 3)]
+
+
+@pytest.mark.parametrize("max_iterations, executor_calls", [(0, 0), (1, 1), (4, 4)])
+def test_iterative_loop_at_max_iterations_returns_the_last_executor_result(max_iterations, executor_calls):
+    controller = "(lambda (r v input n) (list 'continue input))"
+    (value, seen), warnings = run(iterative(controller=controller, max_iterations=str(max_iterations)))
+    assert len([entry for entry in seen if entry[0] == "executor"]) == executor_calls
+    if max_iterations == 0:
+        assert value == () and warnings == []
+    else:
+        assert value == ("attempt", "task", max_iterations)
+        assert warnings == [f"<string>:3:3: iterative-loop: stopped at max_iterations={max_iterations}"]
+
+
+def test_every_phase_receives_the_contracts_arguments_and_1_based_iterations():
+    source = """(define calls '())
+(define (note . args) (set! calls (append calls (list args))))
+(director-evaluator-loop
+  (max-iterations 2)
+  (initial-director-input "goal")
+  (director (lambda (input n) (note 'director input n) (list 'plan n)))
+  (executor (lambda (plan n) (note 'executor plan n) (list 'done n)))
+  (evaluator (lambda (result plan n) (note 'evaluator result plan n) "FAIL"))
+  (controller (lambda (feedback plan result n) (note 'controller feedback plan result n)
+                (list 'continue (list 'next n)))))
+calls"""
+    calls, warnings = run(source)
+    assert calls == (
+        ("director", "goal", 1), ("executor", ("plan", 1), 1), ("evaluator", ("done", 1), ("plan", 1), 1),
+        ("controller", "FAIL", ("plan", 1), ("done", 1), 1),
+        ("director", ("next", 1), 2), ("executor", ("plan", 2), 2), ("evaluator", ("done", 2), ("plan", 2), 2),
+        ("controller", "FAIL", ("plan", 2), ("done", 2), 2),
+    )
+    assert warnings == ["<string>:3:1: director-evaluator-loop: stopped at max_iterations=2"]
+
+
+def test_loop_config_is_bound_inside_the_director_loops_phases():
+    source = """(director-evaluator-loop
+  (max-iterations 4)
+  (initial-director-input "goal")
+  (director (lambda (input n) input))
+  (executor (lambda (plan n) (get-field *loop-config* "max-iterations")))
+  (evaluator (lambda (result plan n) "PASS"))
+  (controller (lambda (feedback plan result n)
+                (list 'stop (list result (get-field *loop-config* "initial-director-input"))))))"""
+    assert run(source)[0] == (4, "goal")
+
+
+def test_creator_critic_loop_revises_until_the_critic_approves():
+    source = """(creator-critic-loop
+  (max-iterations 3)
+  (requirements "a slogan")
+  (creator (lambda (requirements context n) (string-append "draft for " requirements)))
+  (critic (lambda (requirements draft n) (list (> n 1) "shorter, please")))
+  (iterator (lambda (requirements draft verdict n) (string-append draft " (" (car (cdr verdict)) ")"))))"""
+    assert run(source) == ("draft for a slogan (shorter, please)", [])
+
+
+def test_creator_critic_loop_at_max_iterations_returns_the_last_draft():
+    source = """(creator-critic-loop
+  (max-iterations 2) (requirements "r") (context "c")
+  (creator (lambda (requirements context n) (string-append context "0")))
+  (critic (lambda (requirements draft n) #f))
+  (iterator (lambda (requirements draft verdict n) (string-append draft "+"))))"""
+    assert run(source) == ("c0+", ["<string>:1:1: creator-critic-loop: stopped at max_iterations=2"])
+
+
+MALFORMED = [
+    ("(iterative-loop (max-iterations 1) (initial-input 1) (test-command \"t\")\n"
+     "  (executor car) (validator car) (controller car) (analyst car))",
+     DslSyntaxError,
+     "<string>:2:51: iterative-loop has no clause (analyst car) (its clauses: max-iterations initial-input "
+     "test-command executor validator controller)\n      (executor car) (validator car) (controller car) "
+     "(analyst car))\n                                                      ^"),
+    ("(iterative-loop (max-iterations 1) (initial-input 1)\n  (executor car) (validator car) (controller car))",
+     DslSyntaxError,
+     "<string>:1:1: iterative-loop is missing the clause (test-command ...) (it needs: max-iterations "
+     "initial-input test-command executor validator controller)\n    (iterative-loop (max-iterations 1) "
+     "(initial-input 1)\n    ^"),
+    ("(creator-critic-loop (max-iterations 1) (requirements 1) (creator car)\n"
+     "  (critic car) (iterator car) (creator cdr))",
+     DslSyntaxError,
+     "<string>:2:31: creator-critic-loop: clause 'creator' is given twice\n      (critic car) (iterator car) "
+     "(creator cdr))\n                                  ^"),
+    ("(director-evaluator-loop (max-iterations 1) (initial-director-input 1)\n"
+     "  (director (lambda (x) x)) (executor car) (evaluator car) (controller car))",
+     ArityError,
+     "<string>:2:3: director-evaluator-loop: the director must take 2 argument(s) (current_input iteration), "
+     "but lambda takes 1\n      (director (lambda (x) x)) (executor car) (evaluator car) (controller car))\n"
+     "      ^"),
+    ("(director-evaluator-loop (max-iterations 1) (initial-director-input 1)\n"
+     "  (director 42) (executor car) (evaluator car) (controller car))",
+     DslTypeError,
+     "<string>:2:3: director-evaluator-loop: the director must be a procedure of 2 argument(s) (current_input "
+     "iteration), got 42\n      (director 42) (executor car) (evaluator car) (controller car))\n      ^"),
+    ("(iterative-loop (max-iterations -1) (initial-input 1) (test-command \"t\")\n"
+     "  (executor car) (validator car) (controller car))",
+     DslValueError,
+     "<string>:1:17: max-iterations must be a non-negative integer, got -1\n    (iterative-loop (max-iterations -1) "
+     "(initial-input 1) (test-command \"t\")\n                    ^"),
+]
+
+
+@pytest.mark.parametrize("source, error, rendered", MALFORMED)
+def test_malformed_clauses_are_errors_at_their_position_before_the_loop_starts(source, error, rendered):
+    with pytest.raises(error) as raised:
+        run(source)
+    assert str(raised.value) == rendered
+
+
+def test_a_malformed_decision_is_a_dsl_error_at_the_controller_clause():
+    with pytest.raises(DslValueError) as raised:
+        run(iterative(controller="(lambda (r v input n) (list 'finish r))"))
+    assert str(raised.value).startswith(
+        "<string>:9:5: the controller returned (finish (attempt \"task\" 1)), which is not a decision: "
+        "expected (list 'continue next-input) or (list 'stop value)")
+
+
+def test_a_malformed_verdict_is_a_dsl_error_at_the_critic_clause():
+    source = """(creator-critic-loop (max-iterations 2) (requirements "r")
+  (creator (lambda (r c n) "draft")) (critic (lambda (r d n) 42)) (iterator (lambda (r d v n) d)))"""
+    with pytest.raises(DslValueError, match=r"<string>:2:38: the critic returned 42, which is not a verdict"):
+        run(source)
+
+
+def test_a_dsl_error_inside_a_phase_propagates_with_its_own_position():
+    with pytest.raises(UnboundName) as raised:
+        run(iterative(validator="(lambda (c n) undefined-name)"))
+    assert str(raised.value).startswith("<string>:8:30: unbound name 'undefined-name'")
+
+
+def test_an_atom_in_a_phase_is_a_role_call_of_the_loops_run_with_its_own_history():
+    source = """(defatom user:improve (params (text string)) (instructions "Improve {{text}}.")
+  (returns (improved string)))
+(iterative-loop
+  (max-iterations 3)
+  (initial-input "v0")
+  (test-command "true")
+  (executor (lambda (input n) (get-field (user:improve (text input)) "improved")))
+  (validator (lambda (c n) (if (= n 3) 0 1)))
+  (controller (lambda (r v input n) (if (= v 0) (list 'stop r) (list 'continue r)))))"""
+    lm = scripted_lm([{"improved": "v1"}, {"improved": "v2"}, {"improved": "v3"}])
+    program = compile_program(source)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        result = program()
+    assert (result.result, result.stop_reason, result.lm_calls) == ("v3", "completed", 3)
+    assert [step.iteration for step in result.trace if step.role == "user:improve"] == [1, 2, 3]
+    history = result.histories["user:improve"]
+    assert history.messages == [{"text": "v0", "improved": "v1"}, {"text": "v1", "improved": "v2"},
+                                {"text": "v2", "improved": "v3"}]
+    # What the third call was shown: the first two calls as earlier turns, keyed by the signature's fields.
+    signature = program.named_predictors()[0][1].signature
+    rendered = dspy.ChatAdapter().format(signature, demos=[], inputs={
+        "text": "v2", "history": dspy.History(messages=history.messages[:2])})
+    assert [message["role"] for message in rendered] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert rendered[1]["content"].startswith("[[ ## text ## ]]\nv0")
+    assert rendered[2]["content"].startswith("[[ ## improved ## ]]\nv1")
+    third = lm.engine.requests[2]
+    assert [message.role for message in third.messages] == ["user", "assistant", "user", "assistant", "user"]
+
+
+def test_an_atom_whose_lm_fails_for_good_returns_a_failed_record_and_a_warning():
+    source = """(defatom user:ask (params (q string)) (instructions "Answer {{q}}."))
+(define answer (user:ask (q "why")))
+(list (get-field answer "status") (null? (get-field answer "content")))"""
+    lm = scripted_lm([RuntimeError("model crashed")] * 4)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        result = compile_program(source)()
+    assert result.result == ("FAILED", True)
+    assert result.stop_reason == "completed"
+    assert any("atom user:ask failed" in warning for warning in result.warnings)
+
+
+def test_a_spent_lm_budget_inside_a_loop_ends_it_gracefully():
+    source = """(defatom user:write (params (n int)) (instructions "Write {{n}}."))
+(iterative-loop
+  (max-iterations 5)
+  (initial-input 1)
+  (test-command "true")
+  (executor (lambda (input n) (user:write (n n))))
+  (validator (lambda (c n) 1))
+  (controller (lambda (r v input n) (list 'continue input))))"""
+    lm = scripted_lm([{"content": f"answer {number}"} for number in range(5)])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        result = compile_program(source, budget=Budget(max_lm_calls=2))()
+    assert result.lm_calls == 2
+    assert result.result["content"] == "answer 1"
+    assert any("max_lm_calls" in warning for warning in result.warnings)
+
+
+def test_loop_forms_are_dsl_errors_never_python_errors_for_any_phase_value():
+    for value in ("42", "\"text\"", "'()", "(list 1 2 3)", "#t"):
+        with pytest.raises(DslError):
+            run(iterative(controller=f"(lambda (r v input n) {value})"))
