@@ -77,6 +77,7 @@ class Atom:
         self.structured = structured
         self.params = tuple(param for param, _ in params)
         self.outputs = tuple(output for output, _ in outputs)
+        self._fields = {name: _field_name(name) for name in (*self.params, *self.outputs)}
         fields: dict[str, tuple[Any, Any]] = {}
         for param, kind in params:
             fields[_field_name(param)] = (kind, dspy.InputField())
@@ -106,7 +107,7 @@ class Atom:
             except RoleFailed as failure:
                 run.warn(f"atom {self.name} failed: {failure}")
                 return {"status": "FAILED", "error": str(failure)}
-        record = {output: _value(prediction.get(_field_name(output))) for output in self.outputs}
+        record = {output: _value(prediction.get(self._fields[output])) for output in self.outputs}
         if self.structured:  # the seed project's programs read a JSON atom's fields from here
             record["parsedContent"] = dict(record)
         record["status"] = "COMPLETE"
@@ -127,7 +128,7 @@ class Atom:
         missing = [param for param in self.params if param not in values]
         if missing:
             raise ArityError(f"atom '{self.name}' got no value for its parameter '{missing[0]}'")
-        return {_field_name(param): _plain(values[param]) for param in self.params}
+        return {self._fields[param]: _plain(values[param]) for param in self.params}
 
     def __repr__(self) -> str:
         return f"<Atom {self.name} ({' '.join(self.params)})>"

@@ -42,6 +42,7 @@ and its input clause), as in the seed project.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import time
@@ -88,7 +89,8 @@ _VERDICT = "#t or #f, (list approved feedback) or a record with approved"
 
 class _Attempt:
     """An executor's value on its way through the Execute–Validate module: boxed, so the module treats
-    it as an opaque attempt (a DSL record of strings is not a set of files to write)."""
+    it as an opaque attempt (the module writes a {path: text} dict as files, and a DSL record of
+    strings is not one)."""
 
     __slots__ = ("value",)
 
@@ -141,7 +143,8 @@ def _phase(form: LoopForm, role: str, clause: Node, procedure: Any, config: dict
                            f"({' '.join(contract.params)}), got {to_source(procedure)}", clause)
 
     def phase(*args: Any) -> Any:
-        args = tuple(_unbox(arg) for arg in args)
+        if args and type(args[0]) is _Attempt:  # the controller's executor_result
+            args = (args[0].value, *args[1:])
         if type(procedure) is Closure:
             value = run_closure(procedure, args, clause, ev)
         else:
@@ -227,6 +230,20 @@ def _fold(prediction: Any, form: LoopForm, ev: Evaluation, node: Node) -> None:
         ev.warn(f"{form.name}: {warning}", node)
 
 
+# The phases of the loop form running in this context: each form's module is built once, when the
+# form is analysed, with dispatchers to these, so a run of the form builds no module.
+_running_phases: contextvars.ContextVar[dict[str, Callable[..., Any]]] = contextvars.ContextVar(
+    "loops_sexp_running_phases")
+
+
+def _dispatcher(role: str) -> Callable[..., Any]:
+    def phase(*args: Any) -> Any:
+        return _running_phases.get()[role](*args)
+
+    phase.__qualname__ = role
+    return phase
+
+
 def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     form = LOOP_FORMS[name]
 
@@ -234,6 +251,7 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
     def analyze(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
         clauses = _analyze_clauses(analyzer, node, form)
         value_clauses = [key for key in ("max-iterations", *form.inputs, *form.optional) if key in clauses]
+        module = build({role: _dispatcher(role) for role in form.contracts}, analyzer.interpreter)
 
         def run(env: Env, ev: Evaluation) -> Any:
             ev.tick(node)
@@ -247,8 +265,11 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
                 phases[role] = _phase(form, role, clause, procedure(env, ev), config, ev, check)
             if max_iterations == 0:
                 return NIL
-            module = build(phases, ev)
-            prediction = module(**inputs(values), budget=_budget(max_iterations, ev, node))
+            token = _running_phases.set(phases)
+            try:
+                prediction = module(**inputs(values), budget=_budget(max_iterations, ev, node))
+            finally:
+                _running_phases.reset(token)
             _fold(prediction, form, ev, node)
             final = _unbox(prediction.final)
             return NIL if final is None else to_dsl(final)
@@ -256,23 +277,24 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
         return run
 
 
-def _execute_validate(phases: dict[str, Any], ev: Evaluation) -> Any:
+def _execute_validate(phases: dict[str, Any], interpreter: Any) -> Any:
     from loops.execute_validate import ExecuteValidateController
 
     executor = phases["executor"]
-    workspace = ev.interpreter.workspace or os.getcwd()
+    # The phases work in the interpreter's workspace, where its shell tool runs.
+    workspace = interpreter.workspace or os.getcwd()
     return ExecuteValidateController(executor=lambda current, iteration: _Attempt(executor(current, iteration)),
                                      validator=phases["validator"], controller=phases["controller"],
                                      workspace=workspace)
 
 
-def _director(phases: dict[str, Any], ev: Evaluation) -> Any:
+def _director(phases: dict[str, Any], interpreter: Any) -> Any:
     from loops.director import DirectorExecutorEvaluatorController
 
     return DirectorExecutorEvaluatorController(**phases)
 
 
-def _creator_critic(phases: dict[str, Any], ev: Evaluation) -> Any:
+def _creator_critic(phases: dict[str, Any], interpreter: Any) -> Any:
     from loops.creator_critic import CreatorCriticIterator
 
     return CreatorCriticIterator(**phases)

@@ -14,3 +14,12 @@ def test_the_benchmark_prints_both_timings_and_their_ratio(capsys):
     assert [line.split(":")[0].strip() for line in lines[1:]] == [
         "loops.sexp (read, analyse once, run)", "minimal tail-calling Lisp", "ratio loops.sexp / minimal",
     ]
+
+
+def test_the_loop_overhead_benchmark_runs_both_loops_to_the_same_result_and_prints_the_ratio(capsys):
+    from benchmarks import sexp_loop_overhead
+
+    sexp_loop_overhead.main(["--rounds", "1", "--runs", "2"])
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("iterative-loop program: ") and "x the same ExecuteValidateController in Python" in line
+    assert float(line.split(": ")[1].split("x")[0]) > 0
