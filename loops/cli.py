@@ -1,9 +1,10 @@
 """The `loops` command: run a loop pattern from the shell with a live view of every role call.
 
 Exit codes:
-0  success: the critic approved, the tests pass, the evaluator passed it
-1  the loop ended without success
-2  a usage or configuration error, in one line on stderr (before any LM call where it can be known)
+0  success: the critic approved, the tests pass, the evaluator passed it, the program ran to its end
+1  the loop ended without success (a program: a budget stopped it)
+2  a usage or configuration error, in one line on stderr (before any LM call where it can be known);
+   for `loops run`, an error in the program, with its position and a caret
 3  the run failed (stop reason "error")
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import math
 import sys
 import time
@@ -286,6 +288,93 @@ def direct(
     result, seconds = _run_with_progress(module, model, trace, initial_input=goal,
                                          **_run_options(timeout, checkpoint, run_id, token_budget, max_cost))
     _report(result, seconds, "passed" if result.success else "not passed")
+
+
+def _dsl_value(text: str) -> Any:
+    """A --set value: a DSL number, #t/#f or "quoted string" as that value; anything else as text."""
+    from loops.sexp import DslError, read
+
+    try:
+        nodes = read(text)
+    except DslError:
+        return text
+    if len(nodes) == 1 and not nodes[0].is_list and nodes[0].symbol is None:
+        return nodes[0].value
+    return text
+
+
+def _bindings(assignments: list[str]) -> dict[str, Any]:
+    bindings = {}
+    for assignment in assignments:
+        name, equals, value = assignment.partition("=")
+        if not equals or not name.strip():
+            raise ConfigurationError(f"--set takes name=value, got {assignment!r}")
+        bindings[name.strip()] = _dsl_value(value)
+    return bindings
+
+
+@app.command("run")
+def run_program(
+    program: Annotated[Path, typer.Argument(help="The DSL program, a .sexp file")],
+    assignments: Annotated[list[str] | None, typer.Option(
+        "--set", help="Bind a variable before the program runs: name=value (a number, #t/#f, or text)")] = None,
+    model: ModelOption = "local",
+    workspace: Annotated[Path | None, typer.Option(
+        help="Directory the shell tool and get_context work in (default: the current one)")] = None,
+    timeout: TimeoutOption = 300.0,
+    trace: TraceOption = None,
+    token_budget: TokenBudgetOption = None,
+    max_cost: MaxCostOption = None,
+) -> None:
+    """Run an S-expression program (see docs/dsl.md); its atoms use --model.
+
+    Exit codes as for the loops, and 2 for an error in the program (shown with its line and a caret)."""
+    from loops.budget import Budget
+    from loops.sexp import DslError, Limits, compile, to_source
+
+    bindings = _bindings(assignments or [])
+    try:
+        compiled = compile(program, workspace=workspace, limits=Limits(timeout_s=timeout),
+                           budget=Budget(max_iterations=1, timeout_s=timeout, max_tokens=token_budget,
+                                         max_cost_usd=max_cost))
+    except DslError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    log = logging.getLogger("loops.sexp")
+    handler = _ConsoleLog()
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        result, seconds = _run_with_progress(compiled, model, trace, **bindings)
+    except DslError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    finally:
+        log.removeHandler(handler)
+    console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}", expand=False))
+    console.print(f"LM calls: {result.lm_calls}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    if result.stop_reason == "error":
+        raise typer.Exit(EXIT_RUN_FAILED)
+    raise typer.Exit(EXIT_SUCCESS if result.success else EXIT_NO_SUCCESS)
+
+
+class _ConsoleLog(logging.Handler):
+    """The program's `log-message` lines, as they happen (its warnings are printed at the end)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno == logging.INFO:
+            console.print(f"[dim]log:[/dim] {record.getMessage()}", highlight=False)
+
+
+@app.command()
+def repl(model: ModelOption = "local") -> None:
+    """An S-expression read-eval-print loop: definitions persist; multi-line input; (exit) or Ctrl-D."""
+    from loops.lm import resolve
+    from loops.sexp.repl import main as repl_main
+
+    repl_main(model=resolve(model))
 
 
 app.add_typer(runs_app, name="runs", help="The runs a --checkpoint file holds: `loops runs list FILE`, "

@@ -99,8 +99,12 @@ class Atom:
         inputs = self._bind(args, kwargs)
         predictor = (atom_predictors.get() or {}).get(self.name, self.predictor)
         run = current_run()
-        if run is None:  # a bare interpreter (no compiled program): one plain predictor call
-            prediction = predictor(**inputs, history=dspy.History(messages=[]))
+        if run is None:  # a bare interpreter (a REPL, `evaluate`): one plain predictor call
+            from loops.lm import adapter_for  # the adapter the atom's LM needs, as the runtime picks it
+
+            adapter = dspy.settings.adapter or adapter_for(predictor.lm or dspy.settings.lm)
+            with dspy.context(adapter=adapter):
+                prediction = predictor(**inputs, history=dspy.History(messages=[]))
         else:
             try:
                 prediction = run.call_now(self.name, predictor, **inputs)

@@ -9,7 +9,9 @@ node; the evaluator attaches the call site. Numbers are ints and floats (boolean
 - `not eq? equal?`: `eq?` is identity, except that equal numbers of one type, equal strings, symbols
   and keywords, and empty lists are `eq?`; `equal?` compares structurally (numbers by value, lists
   item by item, records key by key), never a symbol with a string or a boolean with a number
-- strings: `string-append string=?` (symbols count as their names)
+- strings: `string-append string=?` (symbols count as their names), `(string-contains? text part)`,
+  `(string-split text [separator])` (on whitespace without one), `(string-join list [separator])`,
+  `(to-string value)` (a string as it is, anything else as the REPL prints it)
 - records: `(get-field record name)` reads a dict's key, an association list's entry (a list of
   two-element lists whose first item is the name as a symbol or string) or a plain object's data
   attribute; a missing field, or any field of nil, is nil. Attribute names starting with `_`, and
@@ -279,6 +281,32 @@ def string_equal(*args: Any) -> bool:
         raise ArityError("'string=?' expects at least 1 argument, got 0")
     texts = [str(_text("string=?", value)) for value in args]
     return all(text == texts[0] for text in texts)
+
+
+@primitive("string-contains?")
+def string_contains(text: Any, part: Any) -> bool:
+    return str(_text("string-contains?", part)) in str(_text("string-contains?", text))
+
+
+@primitive("string-split")
+def string_split(text: Any, separator: Any = None) -> tuple[str, ...]:
+    """Split on `separator`, or on runs of whitespace when it is left out."""
+    if separator is not None and not str(_text("string-split", separator)):
+        raise DslValueError("'string-split' needs a non-empty separator")
+    sep = None if separator is None else str(separator)
+    return tuple(str(_text("string-split", text)).split(sep))
+
+
+@primitive("string-join")
+def string_join(parts: Any, separator: Any = " ") -> str:
+    return str(_text("string-join", separator)).join(str(_text("string-join", part))
+                                                      for part in _a_list("string-join", parts))
+
+
+@primitive("to-string")
+def to_string(value: Any) -> str:
+    """A string as it is; any other value as the REPL prints it."""
+    return str(value) if isinstance(value, str) and not isinstance(value, Keyword) else to_source(value)
 
 
 # -- records ---------------------------------------------------------------------------------------

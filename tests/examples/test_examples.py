@@ -1,0 +1,103 @@
+"""Every program in examples/ runs: each has a row here (a new example without one fails), with the
+inputs it is run with, a scripted LM that answers its atoms, and what its result must be."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dspy
+import pytest
+
+from loops.lm import local_lm
+from loops.sexp import compile as compile_program
+from tests.scripted import scripted_lm
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def coding_loop(tmp_path: Path) -> dict:
+    (tmp_path / "test_greet.py").write_text("from greet import greet\n\ndef test_greet():\n"
+                                            "    assert greet('Ada') == 'Hello, Ada!'\n")
+
+    def write_code(prompt: str, files=None):
+        code = "def greet(name):\n    return f'Hello, {name}!'\n"
+        (tmp_path / "greet.py").write_text(code)
+        return {"status": "COMPLETE", "content": code}
+
+    return {
+        "bindings": {"goal": "Define greet(name) in greet.py", "test-command": "python -m pytest -q"},
+        "tools": {"coder:write": write_code},
+        "answers": [{"steps": "Write greet", "files": ["greet.py"]},
+                    {"success": True, "analysis": "1 passed", "next_input": None, "new_files": []}],
+        "check": lambda result: result["success"] is True and result["analysis"] == "1 passed",
+    }
+
+
+def director_loop(tmp_path: Path) -> dict:
+    return {
+        "bindings": {"goal": "Describe a bicycle", "keywords": "wheels pedals"},
+        "answers": [{"plan": "describe it"}, {"result": "A bicycle has two wheels."},
+                    {"plan": "mention pedals too"}, {"result": "A bicycle has two wheels and pedals."}],
+        "check": lambda result: result == "A bicycle has two wheels and pedals.",
+    }
+
+
+def creator_critic(tmp_path: Path) -> dict:
+    return {
+        "bindings": {"product": "a reusable water bottle", "max-words": 6},
+        "answers": [{"draft": "Stay hydrated on every single commute you ever take"},
+                    {"revised": "Hydrate smarter, commute better"},
+                    {"revised": "Your reusable bottle, every commute"}],
+        "check": lambda result: result == "Your reusable bottle, every commute",
+    }
+
+
+def workrail_loops(tmp_path: Path) -> dict:
+    return {
+        "bindings": {"target": 100},
+        "answers": [],
+        "check": lambda result: result == (("value", 128), ("countdown", 0), ("evens", 20),
+                                           ("numbered", ("1. apple", "2. pear", "3. plum")), ("spins", 3)),
+        "warnings": ["while stopped at max-iterations 3"],
+    }
+
+
+def plain_language(tmp_path: Path) -> dict:
+    return {
+        "bindings": {"n": 10},
+        "answers": [],
+        "check": lambda result: result == (("ticks", 3), ("sum", 55), ("squares", (1, 4, 9)),
+                                           ("greeting", "Hello, Ada!"), ("missing", ())),
+    }
+
+
+CASES = {"coding_loop": coding_loop, "director_loop": director_loop, "creator_critic": creator_critic,
+         "workrail_loops": workrail_loops, "plain_language": plain_language}
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.sexp")), ids=lambda path: path.stem)
+def test_every_example_runs_to_the_result_it_promises(path, tmp_path):
+    assert path.stem in CASES, f"examples/{path.name} has no case in {__file__}: add one"
+    case = CASES[path.stem](tmp_path)
+    program = compile_program(path, tools=case.get("tools"), workspace=tmp_path)
+    lm = scripted_lm(list(case["answers"]))
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        result = program(**case["bindings"])
+    assert result.stop_reason == "completed", result.warnings
+    assert case["check"](result.result), result.result
+    assert len(lm.engine.requests) == len(case["answers"])
+    for expected in case.get("warnings", []):
+        assert any(expected in warning for warning in result.warnings), result.warnings
+    if not case.get("warnings"):
+        assert result.warnings == []
+
+
+@pytest.mark.slow
+def test_the_creator_critic_example_runs_on_the_embedded_model(tmp_path):
+    program = compile_program(EXAMPLES / "creator_critic.sexp", workspace=tmp_path)
+    with dspy.context(lm=local_lm()):
+        result = program(product="a reusable water bottle", **{"max-words": 12})
+    assert result.stop_reason == "completed"
+    assert isinstance(result.result, str) and result.result.strip()
+    assert 1 <= result.lm_calls <= 3
+    assert [step.role for step in result.trace][0] == "user:create"

@@ -1,0 +1,87 @@
+"""`loops run FILE.sexp` and `loops repl`: a DSL program from the shell, with --set inputs, its atoms
+on --model, the trace file, and exit codes (2 for an error in the program, shown with its caret)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import loops.lm
+from loops.cli import _dsl_value, app
+from tests.scripted import scripted_lm
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    lms = []
+
+    def resolve(model):
+        lms.append(scripted_lm([{"slogan": "Drink up"}]))
+        return lms[-1]
+
+    monkeypatch.setattr(loops.lm, "resolve", resolve)
+    return lms
+
+
+def test_a_program_runs_with_its_inputs_its_log_and_exit_code_0(scripted, tmp_path):
+    program = tmp_path / "fact.sexp"
+    program.write_text('(define (fact n) (if (< n 2) 1 (* n (fact (- n 1)))))\n(log-message "n is" n)\n(fact n)\n')
+    outcome = invoke("run", str(program), "--set", "n=10")
+    assert outcome.exit_code == 0, outcome.output
+    assert "log: n is 10" in outcome.stdout
+    assert "3628800" in outcome.stdout
+    assert "fact.sexp: completed" in outcome.stdout
+
+
+def test_atoms_run_on_the_model_and_every_call_reaches_the_trace_file(scripted, tmp_path):
+    program = tmp_path / "slogan.sexp"
+    program.write_text('(defatom user:slogan (params (product string)) (instructions "A slogan for {{product}}.")\n'
+                       '  (returns (slogan string)))\n(get-field (user:slogan (product product)) "slogan")\n')
+    trace = tmp_path / "trace.jsonl"
+    outcome = invoke("run", str(program), "--set", "product=a bottle", "--model", "openai/scripted",
+                     "--trace", str(trace))
+    assert outcome.exit_code == 0, outcome.output
+    assert '"Drink up"' in outcome.stdout and "LM calls: 1" in outcome.stdout
+    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [step["role"] for step in steps] == ["user:slogan", "program"]
+    assert steps[0]["inputs"] == {"product": "a bottle"}
+
+
+@pytest.mark.parametrize("source, position", [
+    ("(define x 1)\n(if)\n", ":2:1: malformed if"),
+    ("(define x 1)\n(car x)\n", ":2:1: 'car' expects a list, got 1"),
+])
+def test_an_error_in_the_program_exits_2_with_its_position_and_caret(scripted, tmp_path, source, position):
+    program = tmp_path / "broken.sexp"
+    program.write_text(source)
+    outcome = invoke("run", str(program))
+    assert outcome.exit_code == 2
+    assert f"{program}{position}" in outcome.stderr
+    assert outcome.stderr.rstrip().endswith("^")
+    assert "Traceback" not in outcome.output
+
+
+def test_a_missing_program_or_a_malformed_set_is_a_one_line_usage_error(scripted, tmp_path):
+    missing = invoke("run", str(tmp_path / "none.sexp"))
+    assert missing.exit_code == 2 and missing.stderr.startswith("error: cannot read the DSL program")
+    malformed = invoke("run", str(tmp_path / "none.sexp"), "--set", "novalue")
+    assert malformed.exit_code == 2 and "--set takes name=value, got 'novalue'" in malformed.stderr
+
+
+@pytest.mark.parametrize("text, value", [
+    ("5", 5), ("-2.5", -2.5), ("#t", True), ("#f", False), ('"quoted"', "quoted"),
+    ("plain words", "plain words"), ("symbol", "symbol"), ("(list 1)", "(list 1)"), ("", ""), ('"open', '"open'),
+])
+def test_set_values_are_dsl_literals_or_text(text, value):
+    assert _dsl_value(text) == value and type(_dsl_value(text)) is type(value)
+
+
+def test_loops_repl_is_a_command():
+    outcome = invoke("repl", "--help")
+    assert outcome.exit_code == 0 and "read-eval-print loop" in outcome.stdout
