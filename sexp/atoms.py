@@ -9,8 +9,8 @@
 
 `{{p}}` names the input field `p`; the value travels as that field (the instructions only refer to
 it), so an optimizer may rewrite the instructions freely. `(output_format ((type "json") (schema
-"StructuredAnalysisResult")))` takes the outputs from a known schema instead of `returns` (the record
-then also holds them under `parsedContent`, as the seed project's programs expect). The form's
+"StructuredAnalysisResult")))` takes the outputs from a known schema instead of `returns`. With either,
+the record also holds the outputs under `parsedContent`, as the seed project's programs expect. The form's
 value is the atom's name; a call `(user:summarize (text "...") (limit 50))` (named or positional
 arguments) returns a record of the outputs plus `status` "COMPLETE".
 
@@ -61,8 +61,10 @@ atom_predictors: contextvars.ContextVar[Mapping[str, dspy.Predict] | None] = con
 
 
 def _field_name(name: str) -> str:
-    """A DSL name (`next-input`) as a Python field name (`next_input`)."""
-    return re.sub(r"\W", "_", name.replace("-", "_"))
+    """A DSL name as a signature's field name: `next-input` as `next_input`, and a name DSPy's
+    Signature class uses itself (`instructions`, `fields`, ...) with a trailing underscore."""
+    field = re.sub(r"\W", "_", name.replace("-", "_"))
+    return f"{field}_" if hasattr(dspy.Signature, field) else field
 
 
 class Atom:
@@ -112,7 +114,7 @@ class Atom:
                 run.warn(f"atom {self.name} failed: {failure}")
                 return {"status": "FAILED", "error": str(failure)}
         record = {output: _value(prediction.get(self._fields[output])) for output in self.outputs}
-        if self.structured:  # the seed project's programs read a JSON atom's fields from here
+        if self.structured:  # the seed project's programs read a structured atom's fields from here
             record["parsedContent"] = dict(record)
         record["status"] = "COMPLETE"
         return record
@@ -167,9 +169,9 @@ def _fields(analyzer: Analyzer, clause: Node, what: str) -> list[tuple[str, Any]
             raise analyzer.syntax_error(f"unknown type '{kind}' (the types: {' '.join(TYPES)})", item.value[1])
         if name in (entry for entry, _ in found):
             raise analyzer.syntax_error(f"{what} '{name}' is given twice", item.value[0])
-        if _field_name(name) == "history" or hasattr(dspy.Signature, _field_name(name)):
-            raise analyzer.syntax_error(f"'{name}' is reserved by DSPy signatures (history, instructions, "
-                                        f"fields, ...): give the {what} another name", item.value[0])
+        if _field_name(name) == "history":
+            raise analyzer.syntax_error(f"'history' is the atom's own history input: give the {what} another name",
+                                        item.value[0])
         found.append((name, TYPES[kind]))
     return found
 
@@ -241,7 +243,8 @@ def _defatom(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
         from loops.lm import resolve  # checked now: an unknown model fails before the program runs
 
         lm = resolve(_string(analyzer, clauses["model"]))
-    atom = Atom(name, params, instructions, outputs, description, lm, structured="output_format" in clauses)
+    atom = Atom(name, params, instructions, outputs, description, lm,
+                structured="output_format" in clauses or "returns" in clauses)
     # Later forms call it with named arguments, and a compiled program lists it among its predictors.
     analyzer.interpreter.named_operators.add(name)
     analyzer.interpreter.atoms[name] = atom
