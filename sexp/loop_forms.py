@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loops.budget import Budget
+from loops.budget import MAX_ITERATIONS_CAP, Budget
 from loops.contracts import CREATOR_CRITIC, DIRECTOR, EXECUTE_VALIDATE, PhaseContract, verdict_approved
 from loops.errors import ConfigurationError, LimitReached
 from loops.runtime import current_run
@@ -181,8 +181,9 @@ def _verdict(clause: Node) -> Callable[[Any], Any]:
 
 
 def _iterations(value: Any, clause: Node) -> int:
-    if type(value) is not int or value < 0:
-        raise DslValueError(f"max-iterations must be a non-negative integer, got {to_source(value)}", clause)
+    if type(value) is not int or not 0 <= value <= MAX_ITERATIONS_CAP:
+        raise DslValueError(f"max-iterations must be an integer from 0 to {MAX_ITERATIONS_CAP}, got "
+                            f"{to_source(value)}", clause)
     return value
 
 

@@ -145,7 +145,7 @@ MALFORMED = [
     ("(iterative-loop (max-iterations -1) (initial-input 1) (test-command \"t\")\n"
      "  (executor car) (validator car) (controller car))",
      DslValueError,
-     "<string>:1:17: max-iterations must be a non-negative integer, got -1\n    (iterative-loop (max-iterations -1) "
+     "<string>:1:17: max-iterations must be an integer from 0 to 1000, got -1\n    (iterative-loop (max-iterations -1) "
      "(initial-input 1) (test-command \"t\")\n                    ^"),
 ]
 
