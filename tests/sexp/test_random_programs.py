@@ -53,6 +53,14 @@ def _expressions():
             _form("(call echo (value {}))", 1)(children),
             _form("(echo {} (value {}))", 2)(children),
             _form("'{}", 1)(children),
+            _form("(iterative-loop (max-iterations {}) (initial-input {}) (test-command \"t\") "
+                  "(executor (lambda (input n) {})) (validator (lambda (c n) {})) "
+                  "(controller (lambda (r v input n) (if {} (list 'stop r) (list 'continue {})))))", 6)(children),
+            _form("(creator-critic-loop (max-iterations 2) (requirements {}) (creator (lambda (r c n) {})) "
+                  "(critic (lambda (r d n) {})) (iterator (lambda (r d v n) {})))", 4)(children),
+            _form("(director-evaluator-loop (max-iterations 2) (initial-director-input {}) "
+                  "(director (lambda (i n) {})) (executor (lambda (p n) p)) (evaluator (lambda (r p n) {})) "
+                  "(controller (lambda (f p r n) {})))", 4)(children),
         )
 
     return st.recursive(atoms, extend, max_leaves=10)
