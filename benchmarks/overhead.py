@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import time
@@ -125,7 +126,10 @@ def _module() -> CreatorCriticIterator:
     return CreatorCriticIterator(max_iterations=3)
 
 
-def _cpu(batch: Callable[[], Any]) -> float:
+def cpu_seconds(batch: Callable[[], Any]) -> float:
+    """The CPU time of `batch`, which starts with no garbage of an earlier batch left to collect: each
+    batch pays for collecting what it allocates itself, not what the other candidate left behind."""
+    gc.collect()
     started = time.process_time()
     batch()
     return time.process_time() - started
@@ -137,7 +141,8 @@ def _check(module: CreatorCriticIterator, minimal: MinimalLoop) -> None:
     assert minimal("a slogan") == "revised draft"
 
 
-def _median_ratio(rounds: int, measure_module: Callable[[], float], measure_minimal: Callable[[], float]) -> float:
+def median_ratio(rounds: int, measure_module: Callable[[], float], measure_minimal: Callable[[], float]) -> float:
+    """The median over `rounds` of module time / minimal time, the two interleaved."""
     ratios = []
     for number in range(rounds):
         # Alternate which goes first, so neither always runs on a warmer (or busier) machine.
@@ -154,13 +159,13 @@ def _median_ratio(rounds: int, measure_module: Callable[[], float], measure_mini
 def fresh(rounds: int, runs: int) -> float:
     def module_batch() -> float:
         module = _module()
-        return _cpu(lambda: [module(requirements="a slogan") for _ in range(runs)])
+        return cpu_seconds(lambda: [module(requirements="a slogan") for _ in range(runs)])
 
     def minimal_batch() -> float:
         minimal = MinimalLoop()
-        return _cpu(lambda: [minimal("a slogan") for _ in range(runs)])
+        return cpu_seconds(lambda: [minimal("a slogan") for _ in range(runs)])
 
-    return _median_ratio(rounds, module_batch, minimal_batch)
+    return median_ratio(rounds, module_batch, minimal_batch)
 
 
 def aged(rounds: int, runs: int, age: int) -> float:
@@ -168,8 +173,8 @@ def aged(rounds: int, runs: int, age: int) -> float:
     for _ in range(age):
         module(requirements="a slogan")
         minimal("a slogan")
-    return _median_ratio(rounds, lambda: _cpu(lambda: [module(requirements="a slogan") for _ in range(runs)]),
-                         lambda: _cpu(lambda: [minimal("a slogan") for _ in range(runs)]))
+    return median_ratio(rounds, lambda: cpu_seconds(lambda: [module(requirements="a slogan") for _ in range(runs)]),
+                         lambda: cpu_seconds(lambda: [minimal("a slogan") for _ in range(runs)]))
 
 
 def concurrent(rounds: int, count: int) -> float:
@@ -186,8 +191,8 @@ def concurrent(rounds: int, count: int) -> float:
             results = await asyncio.gather(*(minimal.acall("a slogan") for _ in range(count)))
         assert all(result == "revised draft" for result in results)
 
-    return _median_ratio(rounds, lambda: _cpu(lambda: asyncio.run(module_runs())),
-                         lambda: _cpu(lambda: asyncio.run(minimal_runs())))
+    return median_ratio(rounds, lambda: cpu_seconds(lambda: asyncio.run(module_runs())),
+                         lambda: cpu_seconds(lambda: asyncio.run(minimal_runs())))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -24,6 +21,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import dspy  # noqa: E402
 from dspy.lm15 import Message, Response, TextPart, Usage  # noqa: E402
 
+from benchmarks.overhead import cpu_seconds, median_ratio  # noqa: E402
 from loops import ExecuteValidateController, current_run  # noqa: E402
 from loops.sexp import compile as compile_program  # noqa: E402
 
@@ -72,29 +70,13 @@ def python_loop(signature: type[dspy.Signature]) -> ExecuteValidateController:
                                      max_iterations=3, workspace=os.getcwd())
 
 
-def _cpu(batch: Callable[[], Any]) -> float:
-    started = time.process_time()
-    batch()
-    return time.process_time() - started
-
-
 def measure(rounds: int, runs: int) -> float:
     program = compile_program(PROGRAM)
     module = python_loop(program.named_predictors()[0][1].signature)
     assert program(task="t").result == module(initial_input="t", test_command="tests").final == "print('done')"
-    ratios = []
-    for number in range(rounds):
-        def dsl() -> float:
-            return _cpu(lambda: [program(task="t") for _ in range(runs)])
-
-        def python() -> float:
-            return _cpu(lambda: [module(initial_input="t", test_command="tests") for _ in range(runs)])
-
-        # Alternate which goes first, so neither always runs on a warmer (or busier) machine.
-        first, second = (dsl, python) if number % 2 else (python, dsl)
-        times = {first: first(), second: second()}
-        ratios.append(times[dsl] / times[python])
-    return statistics.median(ratios)
+    return median_ratio(rounds, lambda: cpu_seconds(lambda: [program(task="t") for _ in range(runs)]),
+                        lambda: cpu_seconds(lambda: [module(initial_input="t", test_command="tests")
+                                                     for _ in range(runs)]))
 
 
 def main(argv: list[str] | None = None) -> None:
