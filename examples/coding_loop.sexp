@@ -1,49 +1,75 @@
-;; The seed-000 coding loop: plan, write code, run the tests, let an analysis atom decide.
+;; The seed-000 coding loop: plan, write the code, run the tests, let an analysis atom say what next.
 ;;
-;; An `iterative-loop` on ExecuteValidateController: the executor asks the `coder:write` tool (the
-;; host registers it: the seed project used Aider) to write the code, the validator runs the test
-;; command through `system:execute_shell_command`, and the controller stops when the tests pass or
-;; when the analysis atom says so, else continues with the atom's next instructions.
+;; An `iterative-loop` on ExecuteValidateController. The executor is an atom that writes the whole
+;; file (`system:write_file` puts it in the workspace), the validator runs the test command through
+;; `system:execute_shell_command`, and the controller stops when the tests pass; when they fail it
+;; asks the analysis atom (the seed's StructuredAnalysisResult) for the next instructions. The tests'
+;; exit code decides success, not the analysis: a model that claims success on failing tests does not
+;; end the loop.
 ;;
-;;   loops run examples/coding_loop.sexp --set goal="Define greet(name) in greet.py" \
-;;       --set test-command="python -m pytest -q"
+;; Run it in a directory that holds the tests (here test_greet.py imports greet from greet.py):
 ;;
-;; Inputs: `goal` (what to build), `test-command` (how to check it). From Python, pass the tool:
-;;   loops.sexp.compile("examples/coding_loop.sexp", tools={"coder:write": my_coder}, workspace=...)
+;;   loops run examples/coding_loop.sexp --workspace DIR --set goal="Define greet(name) returning 'Hello, NAME!'" \
+;;       --set file=greet.py --set test-command="python -m pytest -q"
+;;
+;; Inputs: `goal` (what the code must do), `file` (the file the executor writes), `test-command`.
+;; Its value: ((status "PASSED") (file F) (iterations N)) when the tests pass; at max-iterations, the
+;; last executor result (a record with `code`), with a warning.
 
 (defatom user:plan
-  (params (goal string))
-  (instructions "Plan the change for this goal: {{goal}}. Give the coder short instructions and the files to edit.")
-  (returns (steps string) (files list))
-  (description "Turns a goal into instructions for a coder"))
+  (params (goal string) (file string))
+  (instructions "Plan how to reach {{goal}} by writing {{file}}. Give a programmer short, concrete steps.")
+  (returns (steps string))
+  (description "Turns a goal into instructions for the coder"))
+
+(defatom user:write-code
+  (params (goal string) (steps string) (file string) (feedback string))
+  (instructions "Write the complete contents of {{file}} so that it meets {{goal}}, following {{steps}}. {{feedback}} says what went wrong with the previous attempt (empty on the first one). Answer with the code only.")
+  (returns (code string))
+  (description "Writes the whole file"))
 
 (defatom user:analyze
-  (params (goal string) (steps string) (test_stdout string) (test_exit_code int) (iteration int))
-  (instructions "A coder followed {{steps}} towards {{goal}} (attempt {{iteration}}). The tests printed {{test_stdout}} and exited with {{test_exit_code}}. Decide whether the goal is met; if not, write the next instructions for the coder.")
-  (output_format ((type "json") (schema "StructuredAnalysisResult"))))
+  (params (goal string) (steps string) (test_output string) (test_exit_code int) (iteration int))
+  (instructions "A programmer followed {{steps}} towards {{goal}} (attempt {{iteration}}). The tests printed {{test_output}} and exited with {{test_exit_code}}. Explain what is wrong and write the next instructions for the programmer.")
+  (output_format ((type "json") (schema "StructuredAnalysisResult")))
+  (description "Reads a failing test run and says what to change"))
 
-(define plan (user:plan (goal goal)))
+;; Models often fence their answer in ``` lines; the file must hold the code alone.
+(define (code-lines lines)
+  (cond ((null? lines) '())
+        ((string-contains? (car lines) "```") (code-lines (cdr lines)))
+        (else (cons (car lines) (code-lines (cdr lines))))))
+(define (unfenced text) (string-join (code-lines (string-split text "\n")) "\n"))
 
 (iterative-loop
   (max-iterations 3)
-  (initial-input plan)
+  (initial-input (list (list 'steps (get-field (user:plan (goal goal) (file file)) "steps"))
+                       (list 'feedback "")))
   (test-command test-command)
 
   (executor (lambda (current iteration)
               (log-message "attempt" iteration ":" (get-field current "steps"))
-              (coder:write (prompt (get-field current "steps")) (files (get-field current "files")))))
+              (let ((answer (user:write-code (goal goal) (steps (get-field current "steps")) (file file)
+                                             (feedback (get-field current "feedback")))))
+                (if (equal? (get-field answer "status") "FAILED")
+                    answer
+                    (begin (system:write_file (path file) (content (unfenced (get-field answer "code"))))
+                           answer)))))
 
   (validator (lambda (command iteration)
                (system:execute_shell_command (command command))))
 
   (controller (lambda (attempt validation current iteration)
-                (let ((verdict (user:analyze (goal goal)
-                                             (steps (get-field current "steps"))
-                                             (test_stdout (get-field validation "stdout"))
-                                             (test_exit_code (get-field validation "exit_code"))
-                                             (iteration iteration))))
-                  (cond ((equal? (get-field verdict "status") "FAILED") (list 'stop verdict))
-                        ((get-field verdict "success") (list 'stop verdict))
-                        (else (list 'continue
-                                    (list (list 'steps (get-field verdict "next_input"))
-                                          (list 'files (get-field current "files"))))))))))
+                (if (= (get-field validation "exit_code") 0)
+                    (list 'stop (list (list 'status "PASSED") (list 'file file) (list 'iterations iteration)))
+                    (let ((verdict (user:analyze (goal goal)
+                                                 (steps (get-field current "steps"))
+                                                 (test_output (string-append (get-field validation "stdout")
+                                                                             (get-field validation "stderr")))
+                                                 (test_exit_code (get-field validation "exit_code"))
+                                                 (iteration iteration))))
+                      (if (equal? (get-field verdict "status") "FAILED")
+                          (list 'stop verdict)
+                          (list 'continue
+                                (list (list 'steps (or (get-field verdict "next_input") (get-field current "steps")))
+                                      (list 'feedback (get-field verdict "analysis"))))))))))

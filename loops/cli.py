@@ -2,7 +2,7 @@
 
 Exit codes:
 0  success: the critic approved, the tests pass, the evaluator passed it, the program ran to its end
-1  the loop ended without success (a program: a budget stopped it)
+1  the loop ended without success (a program: a budget or a limit stopped it)
 2  a usage or configuration error, in one line on stderr (before any LM call where it can be known);
    for `loops run`, an error in the program, with its position and a caret
 3  the run failed (stop reason "error")
@@ -160,9 +160,14 @@ def _run_with_progress(
         stack.enter_context(dspy.context(lm=lm))  # the LM brings the adapter it needs (loops.lm.adapter_for)
         stack.enter_context(observing(progress))
         started = time.monotonic()
-        with progress.live:
-            result = module(**inputs)
-    console.print()
+        try:
+            with progress.live:
+                try:
+                    result = module(**inputs)
+                finally:  # a run that raised (an error in a DSL program) leaves no spinner behind
+                    progress.running = None
+        finally:
+            console.print()
     return result, time.monotonic() - started
 
 
@@ -328,9 +333,11 @@ def run_program(
 ) -> None:
     """Run an S-expression program (see docs/dsl.md); its atoms use --model.
 
-    Exit codes as for the loops, and 2 for an error in the program (shown with its line and a caret)."""
+    Exit codes as for the loops: 1 when a limit stopped the program (its LM budget, or its steps, wall
+    clock or recursion depth, shown with the form's position), 2 for an error in the program (shown
+    with its line and a caret)."""
     from loops.budget import Budget
-    from loops.sexp import DslError, Limits, compile, to_source
+    from loops.sexp import DslError, LimitExceeded, Limits, compile, to_source
 
     bindings = _bindings(assignments or [])
     try:
@@ -346,6 +353,9 @@ def run_program(
     log.setLevel(logging.INFO)
     try:
         result, seconds = _run_with_progress(compiled, model, trace, **bindings)
+    except LimitExceeded as error:  # its step budget, wall clock or recursion depth: a limit, as --timeout is
+        typer.echo(str(error), err=True)
+        raise typer.Exit(EXIT_NO_SUCCESS) from None
     except DslError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(EXIT_USAGE) from None

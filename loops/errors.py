@@ -17,6 +17,10 @@ A developer's mistake always raises. A failure during a run never loses the work
 loop ends gracefully with the best result so far, a `stop_reason` and `warnings`, and the error on
 the prediction; `strict=True` raises the `RunError` instead, with that prediction on its
 `prediction` attribute. Anything else (a bug in a pattern's own control flow) propagates as itself.
+
+A phase that raises a `LoopsError` of another branch (`loops.sexp.DslError`: a bug in the DSL program
+whose lambda is the phase) is not retried and does not stop the loop gracefully: it propagates as
+itself, like a developer's mistake.
 """
 
 from __future__ import annotations

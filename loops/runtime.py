@@ -605,7 +605,11 @@ class Run:
             except Exception as exc:
                 self._depth -= 1
                 if isinstance(exc, LoopsError) and not isinstance(exc, ConfigurationError):
-                    raise  # a limit or failure of a role call this phase made in the run: already recorded
+                    # A limit or failure of a role call this phase made in the run (already recorded), or
+                    # another library's error that is no failure of the call: `loops.sexp.DslError`, a bug
+                    # in the DSL program running the phase, which must reach the program with its position
+                    # rather than be retried or turned into a graceful stop.
+                    raise
                 if isinstance(exc, _LM_ERRORS) or (llm and is_transient(exc)) or isinstance(exc, DeadlinePassed):
                     failed_requests += not is_unparseable(exc)  # no usage entry: count the request here
                 mistake = setup_error(exc)

@@ -20,6 +20,8 @@ with lexical scopes, proper tail calls, a step budget and a wall clock::
   extension points (`loops.sexp.evaluator`), the core forms (`loops.sexp.forms`), the bounded loops
   (`loops.sexp.bounded_loops`), primitives (`loops.sexp.primitives`), tools and the context provider
   (`loops.sexp.host`).
+- the loop forms on the library's three modules (`loops.sexp.loop_forms`), `defatom` LLM tasks as
+  predictors (`loops.sexp.atoms`), and `compile`, a program as a `dspy.Module` (`loops.sexp.program`).
 """
 
 from typing import Any

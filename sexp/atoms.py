@@ -1,7 +1,7 @@
 """`defatom`: an LLM task declared in the DSL, which becomes its own DSPy Signature and predictor.
 
     (defatom user:summarize
-      (params (text string) (limit int))
+      (params (text string) (limit int) (style optional string))   ; `optional`: may be left out (nil)
       (instructions "Summarize {{text}} in at most {{limit}} words.")
       (returns (summary string) (keywords list))   ; optional: without it, one output `content`
       (description "One-paragraph summaries")      ; optional
@@ -9,8 +9,11 @@
 
 `{{p}}` names the input field `p`; the value travels as that field (the instructions only refer to
 it), so an optimizer may rewrite the instructions freely. `(output_format ((type "json") (schema
-"StructuredAnalysisResult")))` takes the outputs from a known schema instead of `returns`. With either,
-the record also holds the outputs under `parsedContent`, as the seed project's programs expect. The form's
+"StructuredAnalysisResult")))` takes the outputs from a known schema instead of `returns`: one of `SCHEMAS`
+or a pydantic model the host registers (`compile(..., schemas={"DevelopmentPlan": DevelopmentPlan})`);
+a dotted name such as `"src.system.models.DevelopmentPlan"`, as the seed project wrote them, names the
+registered schema by its last part (nothing is imported). With either, the record also holds the
+outputs under `parsedContent`, as the seed project's programs expect. The form's
 value is the atom's name; a call `(user:summarize (text "...") (limit 50))` (named or positional
 arguments) returns a record of the outputs plus `status` "COMPLETE".
 
@@ -74,15 +77,17 @@ class Atom:
 
     def __init__(self, name: str, params: list[tuple[str, Any]], instructions: str,
                  outputs: list[tuple[str, Any]], description: str = "", lm: dspy.BaseLM | None = None,
-                 structured: bool = False):
+                 structured: bool = False, optional: frozenset[str] = frozenset()):
         self.name = name
         self.structured = structured
         self.params = tuple(param for param, _ in params)
+        self.optional = optional  # parameters a call may leave out: they travel as None
         self.outputs = tuple(output for output, _ in outputs)
         self._fields = {name: _field_name(name) for name in (*self.params, *self.outputs)}
         fields: dict[str, tuple[Any, Any]] = {}
         for param, kind in params:
-            fields[_field_name(param)] = (kind, dspy.InputField())
+            fields[_field_name(param)] = (kind | None if param in optional and kind is not Any else kind,
+                                          dspy.InputField())
         fields["history"] = (dspy.History, dspy.InputField(desc="Your earlier calls in this run"))
         for output, kind in outputs:
             fields[_field_name(output)] = (kind, dspy.OutputField())
@@ -131,10 +136,10 @@ class Atom:
             if key in values:
                 raise ArityError(f"atom '{self.name}' got parameter '{key}' both by position and by name")
             values[key] = value
-        missing = [param for param in self.params if param not in values]
+        missing = [param for param in self.params if param not in values and param not in self.optional]
         if missing:
             raise ArityError(f"atom '{self.name}' got no value for its parameter '{missing[0]}'")
-        return {self._fields[param]: _plain(values[param]) for param in self.params}
+        return {self._fields[param]: _plain(values.get(param)) for param in self.params}
 
     def __repr__(self) -> str:
         return f"<Atom {self.name} ({' '.join(self.params)})>"
@@ -157,21 +162,31 @@ def _value(value: Any) -> Any:
     return to_dsl(value)
 
 
-def _fields(analyzer: Analyzer, clause: Node, what: str) -> list[tuple[str, Any]]:
-    """`(params (name type) ...)` or `(returns (name type) ...)`: names and Python types."""
+def _fields(analyzer: Analyzer, clause: Node, what: str, optional: set[str] | None = None) -> list[tuple[str, Any]]:
+    """`(params (name type) ...)` or `(returns (name type) ...)`: names and Python types.
+
+    With `optional` (for params), `(name optional type)` is accepted too, as the seed project wrote
+    it, and the name is added to `optional`."""
     found: list[tuple[str, Any]] = []
     for item in clause.value[1:]:
-        if not (item.is_list and len(item.value) == 2 and item.value[0].symbol and item.value[1].symbol):
-            raise analyzer.syntax_error(f"a {what} entry is (name type), e.g. (text string); got "
+        entry = item.value if item.is_list else ()
+        is_optional = optional is not None and len(entry) == 3 and entry[1].symbol == "optional"
+        if is_optional:
+            entry = (entry[0], entry[2])
+        if not (len(entry) == 2 and entry[0].symbol and entry[1].symbol):
+            shape = "(name type) or (name optional type)" if optional is not None else "(name type)"
+            raise analyzer.syntax_error(f"a {what} entry is {shape}, e.g. (text string); got "
                                         f"{to_source(item.to_value())}", item)
-        name, kind = item.value[0].symbol, item.value[1].symbol
+        name, kind = entry[0].symbol, entry[1].symbol
         if kind not in TYPES:
-            raise analyzer.syntax_error(f"unknown type '{kind}' (the types: {' '.join(TYPES)})", item.value[1])
+            raise analyzer.syntax_error(f"unknown type '{kind}' (the types: {' '.join(TYPES)})", entry[1])
         if name in (entry for entry, _ in found):
-            raise analyzer.syntax_error(f"{what} '{name}' is given twice", item.value[0])
+            raise analyzer.syntax_error(f"{what} '{name}' is given twice", entry[0])
         if _field_name(name) == "history":
             raise analyzer.syntax_error(f"'history' is the atom's own history input: give the {what} another name",
-                                        item.value[0])
+                                        entry[0])
+        if is_optional:
+            optional.add(name)
         found.append((name, TYPES[kind]))
     return found
 
@@ -188,10 +203,13 @@ def _schema_outputs(analyzer: Analyzer, clause: Node) -> list[tuple[str, Any]]:
     for item in spec.value if spec is not None else ():
         if item.is_list and len(item.value) == 2 and item.value[0].symbol and isinstance(item.value[1].value, str):
             options[item.value[0].symbol] = item.value[1].value
-    schema = SCHEMAS.get(options.get("schema", ""))
+    known = {**SCHEMAS, **analyzer.interpreter.schemas}
+    name = options.get("schema", "")
+    schema = known.get(name) or known.get(name.rpartition(".")[2])  # "src.system.models.Plan" names "Plan"
     if spec is None or options.get("type") != "json" or schema is None:
         raise analyzer.syntax_error(
-            f'expected (output_format ((type "json") (schema "NAME"))) with NAME one of {", ".join(SCHEMAS)}', clause)
+            f'expected (output_format ((type "json") (schema "NAME"))) with NAME one of {", ".join(known)} '
+            "(the host registers more with compile(..., schemas={name: pydantic model}))", clause)
     return [(name, info.annotation) for name, info in schema.model_fields.items()]
 
 
@@ -213,7 +231,8 @@ def _defatom(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
         clauses[key] = clause
     if "instructions" not in clauses:
         raise analyzer.syntax_error(f"defatom {name} needs (instructions \"...\"): {usage}", node)
-    params = _fields(analyzer, clauses["params"], "parameter") if "params" in clauses else []
+    optional: set[str] = set()
+    params = _fields(analyzer, clauses["params"], "parameter", optional) if "params" in clauses else []
     instructions = _string(analyzer, clauses["instructions"])
     for placeholder in _PLACEHOLDER.findall(instructions):
         if placeholder not in dict(params):
@@ -244,7 +263,7 @@ def _defatom(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
 
         lm = resolve(_string(analyzer, clauses["model"]))
     atom = Atom(name, params, instructions, outputs, description, lm,
-                structured="output_format" in clauses or "returns" in clauses)
+                structured="output_format" in clauses or "returns" in clauses, optional=frozenset(optional))
     # Later forms call it with named arguments, and a compiled program lists it among its predictors.
     analyzer.interpreter.named_operators.add(name)
     analyzer.interpreter.atoms[name] = atom

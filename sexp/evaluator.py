@@ -98,6 +98,7 @@ __all__ = [
     "call_named",
     "call_python",
     "constant",
+    "describe_callable",
     "run_closure",
     "special_form",
 ]
@@ -384,7 +385,7 @@ def _raise_from_python(exc: Exception, function: Any, args: tuple[Any, ...], nod
         raise LimitExceeded("recursion too deep for Python's stack", node, limit="max_depth") from None
     if not callable(function):
         raise DslTypeError(f"{to_source(function)} is not a procedure", node) from None
-    name = _describe_callable(function)
+    name = describe_callable(function)
     if isinstance(exc, LoopsError):
         # A developer's mistake reported by the library: keep its type, say which form made the call.
         if node is not None:
@@ -408,7 +409,8 @@ def _binds(function: Callable[..., Any], args: tuple[Any, ...]) -> bool:
     return True
 
 
-def _describe_callable(function: Any) -> str:
+def describe_callable(function: Any) -> str:
+    """How an error names a Python callable the DSL calls: its `dsl_label` (a tool, an atom), else its name."""
     label = getattr(function, "dsl_label", None)
     if label is not None:
         return label

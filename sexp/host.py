@@ -1,5 +1,5 @@
 """What the host lends the DSL: tools (Python callables called with named arguments), the built-in
-`system:execute_shell_command` tool, and the default `get_context` provider."""
+`system:execute_shell_command` and `system:write_file` tools, and the default `get_context` provider."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from loops.sexp.errors import DslTypeError, DslValueError
 from loops.sexp.values import is_list
 from loops.validators import ShellValidator
 
-__all__ = ["Tool", "WorkspaceContext", "shell_command_tool"]
+__all__ = ["Tool", "WorkspaceContext", "shell_command_tool", "write_file_tool"]
 
 
 class Tool:
@@ -70,6 +70,34 @@ def shell_command_tool(workspace: str | os.PathLike[str] | None = None) -> Tool:
         }
 
     return Tool("system:execute_shell_command", execute_shell_command)
+
+
+def write_file_tool(workspace: str | os.PathLike[str] | None = None) -> Tool:
+    """`system:write_file`: writes text to a file of `workspace` (the current directory when None), so
+    an atom's code can reach the tests that the shell tool runs.
+
+    ``(system:write_file (path "pkg/greet.py") (content code))`` creates missing directories, replaces
+    the file and returns a record with the relative `path` and the `chars` written. The path must be
+    relative and stay inside the workspace (no `..` out of it, no symlink leading out): the program
+    writes where its tests run, nowhere else.
+    """
+
+    def write_file(path: str, content: str) -> dict[str, Any]:
+        if not isinstance(path, str) or not path.strip():
+            raise DslTypeError(f"the path must be a non-empty string, got {path!r}")
+        if not isinstance(content, str):
+            raise DslTypeError(f"the content must be a string, got {content!r:.80}")
+        root = Path(workspace if workspace is not None else os.getcwd()).resolve()
+        if Path(path).is_absolute():
+            raise DslValueError(f"the path must be relative to the workspace, got {path!r}")
+        target = (root / path).resolve()
+        if target == root or not target.is_relative_to(root):
+            raise DslValueError(f"the path {path!r} leads out of the workspace {str(root)!r}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        return {"path": target.relative_to(root).as_posix(), "chars": len(content)}
+
+    return Tool("system:write_file", write_file)
 
 
 _WORD = re.compile(r"[a-z0-9_]{3,}")

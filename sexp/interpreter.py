@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 # Imported for their side effect: they fill the special-form table.
 import loops.sexp.atoms
 import loops.sexp.bounded_loops
@@ -15,7 +17,7 @@ import loops.sexp.loop_forms  # noqa: F401
 from loops.errors import ConfigurationError
 from loops.sexp.errors import DslSyntaxError, LimitExceeded
 from loops.sexp.evaluator import SPECIAL_FORMS, Analyzer, Env, Evaluation, Exec, Limits
-from loops.sexp.host import Tool, WorkspaceContext, shell_command_tool
+from loops.sexp.host import Tool, WorkspaceContext, shell_command_tool, write_file_tool
 from loops.sexp.primitives import PRIMITIVES
 from loops.sexp.reader import Node, read
 from loops.sexp.values import to_dsl
@@ -39,13 +41,15 @@ class Interpreter:
     """Evaluates DSL programs; definitions persist between calls, as a REPL needs.
 
     - `tools`: names (``"echo"``, ``"math:add"``) to Python callables taking keyword arguments; each is
-      wrapped in a `Tool`. `system:execute_shell_command` is always there.
+      wrapped in a `Tool`. `system:execute_shell_command` and `system:write_file` are always there.
     - `context`: the `get_context` provider, a callable taking `query`, `inputs` and
       `matching_strategy` keyword arguments and returning a list of paths; by default a
       `WorkspaceContext` over `workspace`.
     - `workspace`: the directory the shell tool and the default context provider work in (the current
       directory at call time when None).
     - `limits`: the step budget, wall clock and recursion depth of each run.
+    - `schemas`: names to pydantic models that `defatom`'s `(output_format ((type "json") (schema
+      "NAME")))` may name, besides the built-in ones (`loops.sexp.atoms.SCHEMAS`).
     """
 
     def __init__(
@@ -55,6 +59,7 @@ class Interpreter:
         *,
         workspace: str | os.PathLike[str] | None = None,
         limits: Limits | None = None,
+        schemas: Mapping[str, type[BaseModel]] | None = None,
     ):
         if context is not None and not callable(context):
             raise ConfigurationError(f"the context provider must be a callable, got {context!r}")
@@ -63,9 +68,11 @@ class Interpreter:
         self.context = context if context is not None else WorkspaceContext(workspace)
         self.named_operators: set[str] = set()
         self.atoms: dict[str, Any] = {}  # by name, as `defatom` forms are analysed
+        self.schemas = _checked_schemas(schemas)
         self.globals = Env(dict(PRIMITIVES))
         self.last_run: Evaluation | None = None
         self.define("system:execute_shell_command", shell_command_tool(workspace))
+        self.define("system:write_file", write_file_tool(workspace))
         for name, function in (tools or {}).items():
             self.define(name, function if isinstance(function, Tool) else Tool(name, function))
 
@@ -136,6 +143,18 @@ class Interpreter:
     def eval_source(self, source: str, filename: str = "<string>", bindings: Mapping[str, Any] | None = None) -> Any:
         """Read, analyse and run `source`; returns the value of its last form (nil when it has none)."""
         return self.run(self.analyze(source, filename), bindings).value
+
+
+def _checked_schemas(schemas: Mapping[str, type[BaseModel]] | None) -> dict[str, type[BaseModel]]:
+    if schemas is None:
+        return {}
+    if not isinstance(schemas, Mapping):
+        raise ConfigurationError(f"schemas must map names to pydantic models, got {schemas!r:.100}")
+    for name, model in schemas.items():
+        if not (isinstance(name, str) and isinstance(model, type) and issubclass(model, BaseModel)):
+            raise ConfigurationError(f"schemas must map names (str) to pydantic model classes; {name!r} maps to "
+                                     f"{model!r:.100}")
+    return dict(schemas)
 
 
 def _make_room_for(limits: Limits) -> None:

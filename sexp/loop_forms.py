@@ -52,10 +52,20 @@ from typing import Any
 
 from loops.budget import MAX_ITERATIONS_CAP, Budget
 from loops.contracts import CREATOR_CRITIC, DIRECTOR, EXECUTE_VALIDATE, PhaseContract, verdict_approved
-from loops.errors import ConfigurationError, LimitReached
+from loops.errors import ConfigurationError, ContractError, LimitReached
 from loops.runtime import current_run
 from loops.sexp.errors import ArityError, DslTypeError, DslValueError
-from loops.sexp.evaluator import Analyzer, Closure, Env, Evaluation, Exec, call_python, run_closure, special_form
+from loops.sexp.evaluator import (
+    Analyzer,
+    Closure,
+    Env,
+    Evaluation,
+    Exec,
+    call_python,
+    describe_callable,
+    run_closure,
+    special_form,
+)
 from loops.sexp.reader import Node
 from loops.sexp.values import NIL, to_dsl, to_source
 
@@ -141,6 +151,13 @@ def _phase(form: LoopForm, role: str, clause: Node, procedure: Any, config: dict
     elif not callable(procedure):
         raise DslTypeError(f"{form.name}: the {role} must be a procedure of {count} argument(s) "
                            f"({' '.join(contract.params)}), got {to_source(procedure)}", clause)
+    else:  # a primitive, tool or host callable: its Python signature, where it has one, must fit too
+        try:
+            contract.check(procedure)
+        except ContractError:
+            raise ArityError(f"{form.name}: the {role} must take {count} argument(s) "
+                             f"({' '.join(contract.params)}), but {describe_callable(procedure)} cannot be called "
+                             f"with {count}", clause) from None
 
     def phase(*args: Any) -> Any:
         if args and type(args[0]) is _Attempt:  # the controller's executor_result

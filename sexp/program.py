@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from pydantic import BaseModel
 
 from loops.contracts import contracts
 from loops.errors import ConfigurationError
 from loops.module import LoopModule
 from loops.runtime import Program, Run
 from loops.sexp.atoms import atom_predictors
+from loops.sexp.errors import LimitExceeded
 from loops.sexp.evaluator import Env, Limits
 from loops.sexp.interpreter import Interpreter
 from loops.sexp.values import to_dsl
@@ -48,12 +50,13 @@ class SexpProgram(LoopModule):
 
     def __init__(self, source: str, filename: str = "<string>", *,
                  tools: Mapping[str, Callable[..., Any]] | None = None, context: Callable[..., Any] | None = None,
-                 workspace: str | os.PathLike[str] | None = None, limits: Limits | None = None, **options: Any):
+                 workspace: str | os.PathLike[str] | None = None, limits: Limits | None = None,
+                 schemas: Mapping[str, type[BaseModel]] | None = None, **options: Any):
         options.setdefault("max_iterations", 1)
         super().__init__(**options)
         self.source = source
         self.filename = filename
-        self._interpreter = Interpreter(tools, context, workspace=workspace, limits=limits)
+        self._interpreter = Interpreter(tools, context, workspace=workspace, limits=limits, schemas=schemas)
         self._program = self._interpreter.analyze(source, filename)
         top_level = {node.value[1].symbol for node in self._program.nodes
                      if node.is_list and len(node.value) > 1 and node.value[0].symbol == "defatom"}
@@ -81,12 +84,17 @@ class SexpProgram(LoopModule):
 
         interpreter = self._interpreter
         ev = interpreter.start_evaluation()
-        env = Env({str(name): to_dsl(value) for name, value in bindings.items()}, interpreter.globals)
+        # The run's own copy of the globals: a `set!` of a primitive's or a tool's name stays in this run.
+        run_globals = Env(dict(interpreter.globals.vars))
+        env = Env({str(name): to_dsl(value) for name, value in bindings.items()}, run_globals)
         token = atom_predictors.set({name: getattr(self, name) for name in self._atom_names})
         try:
             with ev.active():
-                for run_form in self._program.execs:
-                    ev.value = run_form(env, ev)
+                for node, run_form in zip(self._program.nodes, self._program.execs, strict=True):
+                    try:
+                        ev.value = run_form(env, ev)
+                    except RecursionError:  # a DSL error, not a failed phase for the runtime to retry
+                        raise LimitExceeded("recursion too deep for Python's stack", node, limit="max_depth") from None
         finally:
             atom_predictors.reset(token)
             run = current_run()
@@ -111,8 +119,9 @@ def compile(source_or_path: str | os.PathLike[str], tools: Mapping[str, Callable
     `tools` maps names (`"echo"`, `"math:add"`) to Python callables taking keyword arguments;
     `context` answers `get_context` (a callable taking `query`, `inputs` and `matching_strategy`
     keyword arguments, returning a list of paths). Other options: `workspace` (where the shell tool
-    and the default context provider work), `limits` (`loops.sexp.Limits`: steps, wall clock, depth)
-    and the loop module's own (`budget`, `retry`, `strict`, `history_window`, `checkpoint`, ...).
+    and the default context provider work), `limits` (`loops.sexp.Limits`: steps, wall clock, depth),
+    `schemas` (names to pydantic models for defatom's `output_format`) and the loop module's own
+    (`budget`, `retry`, `strict`, `history_window`, `checkpoint`, ...).
     """
     if isinstance(source_or_path, os.PathLike) or (
             isinstance(source_or_path, str) and source_or_path.endswith(".sexp") and "\n" not in source_or_path):

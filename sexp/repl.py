@@ -69,19 +69,18 @@ class Session:
                 write(output)
 
 
-def main(model: Any = None, history_file: Path | None = None) -> None:
-    """`loops repl`: prompt_toolkit's line editor around a `Session`, with `model` as the atoms' LM."""
+def main(model: Any = None, history_file: Path | None = None, *, terminal_input: Any = None,
+         terminal_output: Any = None) -> None:
+    """`loops repl`: prompt_toolkit's line editor around a `Session`, with `model` as the atoms' LM.
+
+    History goes to `history_file` (default ``~/.loops_repl_history``), or stays in memory when that
+    cannot be written. `terminal_input`/`terminal_output` are prompt_toolkit's `Input`/`Output` (the
+    terminal when None; a pipe input and a `DummyOutput` in tests).
+    """
     import dspy
     from prompt_toolkit import PromptSession
-    from prompt_toolkit.history import FileHistory, InMemoryHistory
 
-    path = history_file if history_file is not None else Path.home() / ".loops_repl_history"
-    try:
-        path.touch(exist_ok=True)
-        history: Any = FileHistory(str(path))
-    except OSError:
-        history = InMemoryHistory()
-    prompt = PromptSession(history=history)
+    prompt = PromptSession(history=_history(history_file), input=terminal_input, output=terminal_output)
     session = Session()
 
     def lines() -> Iterable[str]:
@@ -96,3 +95,17 @@ def main(model: Any = None, history_file: Path | None = None) -> None:
     print("loops S-expression REPL: definitions persist; (exit) or Ctrl-D leaves.")
     with dspy.context(lm=model) if model is not None else contextlib.nullcontext():
         session.run(lines(), print)
+
+
+def _history(history_file: Path | None) -> Any:
+    """A history kept in `history_file` (default ``~/.loops_repl_history``), or in memory when there is
+    no home directory or the file cannot be written: a read-only home must not stop the REPL."""
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
+
+    try:
+        path = history_file if history_file is not None else Path.home() / ".loops_repl_history"
+        with path.open("a", encoding="utf-8"):
+            pass
+    except (OSError, RuntimeError):  # RuntimeError: Path.home() without a home directory
+        return InMemoryHistory()
+    return FileHistory(str(path))

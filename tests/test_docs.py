@@ -7,16 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from loops.sexp import evaluate, to_source
+from loops.sexp import Interpreter, evaluate, to_source
 from loops.sexp.evaluator import SPECIAL_FORMS
 from loops.sexp.primitives import PRIMITIVES
 
 PAGE = (Path(__file__).resolve().parents[1] / "docs" / "dsl.md").read_text()
 
 
-def test_every_special_form_and_primitive_is_documented():
+def test_every_special_form_primitive_and_built_in_tool_is_documented():
     documented = set(re.findall(r"`([^`\s]+)`", PAGE))
-    missing = sorted(name for name in [*SPECIAL_FORMS, *PRIMITIVES] if name not in documented)
+    built_in_tools = [name for name in Interpreter().globals.vars if name not in PRIMITIVES]
+    assert "system:write_file" in built_in_tools
+    missing = sorted(name for name in [*SPECIAL_FORMS, *PRIMITIVES, *built_in_tools] if name not in documented)
     assert not missing, f"docs/dsl.md does not mention {missing}"
 
 

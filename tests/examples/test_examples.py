@@ -3,6 +3,8 @@ inputs it is run with, a scripted LM that answers its atoms, and what its result
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import dspy
@@ -10,26 +12,31 @@ import pytest
 
 from loops.lm import local_lm
 from loops.sexp import compile as compile_program
-from tests.scripted import scripted_lm
+from tests.scripted import request_text, scripted_lm
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def coding_loop(tmp_path: Path) -> dict:
+    # Two iterations: the first code fails the real pytest run, the analysis atom says what to change,
+    # the second code passes. The executor's answer comes fenced, as models write it.
     (tmp_path / "test_greet.py").write_text("from greet import greet\n\ndef test_greet():\n"
                                             "    assert greet('Ada') == 'Hello, Ada!'\n")
-
-    def write_code(prompt: str, files=None):
-        code = "def greet(name):\n    return f'Hello, {name}!'\n"
-        (tmp_path / "greet.py").write_text(code)
-        return {"status": "COMPLETE", "content": code}
-
+    right = "def greet(name):\n    return f'Hello, {name}!'"
     return {
-        "bindings": {"goal": "Define greet(name) in greet.py", "test-command": "python -m pytest -q"},
-        "tools": {"coder:write": write_code},
-        "answers": [{"steps": "Write greet", "files": ["greet.py"]},
-                    {"success": True, "analysis": "1 passed", "next_input": None, "new_files": []}],
-        "check": lambda result: result["success"] is True and result["analysis"] == "1 passed",
+        "bindings": {"goal": "Define greet(name) returning 'Hello, NAME!'", "file": "greet.py",
+                     "test-command": shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])},
+        "answers": [{"steps": "Write greet(name)"},
+                    {"code": "```python\ndef greet(name):\n    return 'Hello'\n```"},
+                    {"success": False, "analysis": "greet ignores the name", "next_input": "Put the name in it",
+                     "new_files": []},
+                    {"code": right}],
+        "check": lambda result: (result == (("status", "PASSED"), ("file", "greet.py"), ("iterations", 2))
+                                 and (tmp_path / "greet.py").read_text() == right),
+        # The analysis saw the failing test run; the second attempt got its instructions and feedback.
+        "requests": lambda requests: ("assert 'Hello' == 'Hello, Ada!'" in request_text(requests[2])
+                                      and "Put the name in it" in request_text(requests[3])
+                                      and "greet ignores the name" in request_text(requests[3])),
     }
 
 
@@ -86,6 +93,7 @@ def test_every_example_runs_to_the_result_it_promises(path, tmp_path):
     assert result.stop_reason == "completed", result.warnings
     assert case["check"](result.result), result.result
     assert len(lm.engine.requests) == len(case["answers"])
+    assert case.get("requests", lambda requests: True)(lm.engine.requests)
     for expected in case.get("warnings", []):
         assert any(expected in warning for warning in result.warnings), result.warnings
     if not case.get("warnings"):

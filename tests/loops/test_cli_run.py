@@ -4,6 +4,9 @@ on --model, the trace file, and exit codes (2 for an error in the program, shown
 from __future__ import annotations
 
 import json
+import shlex
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -85,3 +88,40 @@ def test_set_values_are_dsl_literals_or_text(text, value):
 def test_loops_repl_is_a_command():
     outcome = invoke("repl", "--help")
     assert outcome.exit_code == 0 and "read-eval-print loop" in outcome.stdout
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_an_example_runs_from_the_shell_with_its_set_values_and_its_warning(scripted):
+    outcome = invoke("run", str(EXAMPLES / "workrail_loops.sexp"), "--set", "target=100")
+    assert outcome.exit_code == 0, outcome.output
+    assert "((value 128) (countdown 0) (evens 20)" in outcome.stdout
+    assert "while stopped at max-iterations 3" in " ".join(outcome.stdout.split())
+
+
+def test_the_coding_loop_example_writes_into_the_workspace_and_passes_its_tests(monkeypatch, tmp_path):
+    (tmp_path / "test_greet.py").write_text("from greet import greet\n\ndef test_greet():\n"
+                                            "    assert greet('Ada') == 'Hello, Ada!'\n")
+    lm = scripted_lm([{"steps": "Write greet(name)"}, {"code": "def greet(name):\n    return f'Hello, {name}!'\n"}])
+    monkeypatch.setattr(loops.lm, "resolve", lambda model: lm)
+    trace = tmp_path / "trace.jsonl"
+    test_command = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+    outcome = invoke("run", str(EXAMPLES / "coding_loop.sexp"), "--workspace", str(tmp_path), "--trace", str(trace),
+                     "--set", "goal=Define greet(name)", "--set", "file=greet.py",
+                     "--set", f"test-command={test_command}")
+    assert outcome.exit_code == 0, outcome.output
+    assert '((status "PASSED") (file "greet.py") (iterations 1))' in outcome.stdout
+    assert "log: attempt 1 : Write greet(name)" in outcome.stdout
+    assert "return f'Hello, {name}!'" in (tmp_path / "greet.py").read_text()
+    roles = [json.loads(line)["role"] for line in trace.read_text().splitlines()]
+    assert roles == ["user:plan", "user:write-code", "executor", "validator", "controller", "program"]
+
+
+def test_a_program_stopped_by_its_wall_clock_exits_1_with_the_position(scripted, tmp_path):
+    program = tmp_path / "spin.sexp"
+    program.write_text("(define (spin n) (spin (+ n 1)))\n(spin 0)\n")
+    outcome = invoke("run", str(program), "--timeout", "0.3")
+    assert outcome.exit_code == 1, outcome.output
+    assert f"{program}:1:18: wall-clock limit exceeded: timeout_s=0.3" in outcome.stderr
+    assert outcome.stderr.rstrip().endswith("^")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import dspy
 import pytest
+from pydantic import BaseModel
 
 from loops.sexp import ArityError, Atom, DslSyntaxError, Interpreter
 from tests.scripted import scripted_lm
@@ -92,3 +95,47 @@ def test_an_unknown_model_fails_when_the_program_is_read():
 
     with pytest.raises(ConfigurationError):
         Interpreter().analyze('(defatom a (instructions "x") (model "nosuchprovider/model"))')
+
+
+def test_an_optional_parameter_may_be_left_out_and_travels_as_none():
+    ask = atom('(defatom ask (params (q string) (context optional string))\n'
+               '  (instructions "Answer {{q}} ({{context}})"))')
+    assert ask.predictor.signature.input_fields["context"].annotation == str | None
+    lm = scripted_lm([{"content": "one"}, {"content": "two"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        assert ask(q="why")["content"] == "one"
+        assert ask(q="why", context="docs")["content"] == "two"
+    assert "[[ ## context ## ]]\nNone" in lm.engine.requests[0].messages[-1].text
+    assert "[[ ## context ## ]]\ndocs" in lm.engine.requests[1].messages[-1].text
+    with pytest.raises(ArityError, match="got no value for its parameter 'q'"):
+        ask(context="docs")
+
+
+class Verdict(BaseModel):
+    decision: Literal["CONTINUE", "STOP"]
+    notes: str
+
+
+@pytest.mark.parametrize("schema", ["Verdict", "src.system.models.Verdict"])
+def test_a_schema_the_host_registers_gives_the_outputs_also_by_its_dotted_name(schema):
+    interpreter = Interpreter(schemas={"Verdict": Verdict})
+    name = interpreter.eval_source(f'(defatom judge (params (x string)) (instructions "Judge {{{{x}}}}")'
+                                   f' (output_format ((type "json") (schema "{schema}"))))')
+    judge = interpreter.globals.vars[name]
+    assert {field: info.annotation for field, info in judge.predictor.signature.output_fields.items()} == {
+        "decision": Literal["CONTINUE", "STOP"], "notes": str}
+    lm = scripted_lm([{"decision": "STOP", "notes": "done"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        assert judge(x="it") == {"decision": "STOP", "notes": "done", "status": "COMPLETE",
+                                 "parsedContent": {"decision": "STOP", "notes": "done"}}
+
+
+def test_an_unknown_schema_names_the_known_ones_and_bad_schemas_are_a_configuration_error():
+    from loops import ConfigurationError
+
+    with pytest.raises(DslSyntaxError, match=r"with NAME one of StructuredAnalysisResult, TaskResult, "
+                                             r"ValidationResult, Verdict \(the host registers more"):
+        Interpreter(schemas={"Verdict": Verdict}).analyze(
+            '(defatom a (instructions "x") (output_format ((type "json") (schema "Plan"))))')
+    with pytest.raises(ConfigurationError, match="schemas must map names"):
+        Interpreter(schemas={"Verdict": dict})

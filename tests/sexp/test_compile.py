@@ -20,7 +20,7 @@ import pytest
 from loops import ConfigurationError
 from loops.sexp import DslSyntaxError, SexpProgram
 from loops.sexp import compile as compile_program
-from tests.scripted import ScriptedEngine, scripted_lm
+from tests.scripted import ScriptedEngine
 
 SLOGAN = """
 (defatom user:slogan
@@ -139,8 +139,10 @@ def test_bootstrap_few_shot_compiles_a_dsl_program_and_the_saved_program_loads_i
     optimizer = dspy.BootstrapFewShot(metric=metric, max_bootstrapped_demos=2, max_labeled_demos=0)
     with dspy.context(lm=slogan_lm(), adapter=dspy.ChatAdapter()):
         optimized = optimizer.compile(compile_program(SLOGAN), trainset=trainset)
-    demos = optimized.named_predictors()[0][1].demos
-    assert [demo["slogan"] for demo in demos] == ["tea: simply better", "coffee: simply better"]
+    [(_, predictor)] = optimized.named_predictors()
+    assert [demo["slogan"] for demo in predictor.demos] == ["tea: simply better", "coffee: simply better"]
+    # What an instruction optimizer (COPRO, MIPROv2, GEPA) does to an atom: new instructions, same fields.
+    predictor.signature = predictor.signature.with_instructions("Coin a catchy slogan for `product`.")
     saved = tmp_path / "slogan.json"
     optimized.save(str(saved))
     assert json.loads(saved.read_text())["user:slogan"]["demos"]
@@ -157,46 +159,12 @@ def test_bootstrap_few_shot_compiles_a_dsl_program_and_the_saved_program_loads_i
         demos = program.named_predictors()[0][1].demos
         prompt = lm.engine.requests[0].messages
         print(result.result, len(demos), sum("tea" in (message.text or "") for message in prompt))
+        print("Coin a catchy slogan" in lm.engine.requests[0].system)
     """)
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                          cwd=Path(__file__).resolve().parents[2])
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.split() == ["fresh", "2", "2"]  # the demo's input and its answer
-
-
-def test_a_seed_style_coding_loop_runs_with_tools_a_real_test_command_and_an_analysis_atom(tmp_path):
-    """The seed project's coding workflow, in its style: a planning atom, an executor tool that writes
-    code (standing in for Aider), the validator running pytest through the shell tool, and a
-    controller deciding on a JSON analysis atom's verdict."""
-    (tmp_path / "test_greet.py").write_text("from greet import greet\n\ndef test_greet():\n"
-                                            "    assert greet('Ada') == 'Hello, Ada!'\n")
-    source = (Path(__file__).resolve().parents[2] / "examples" / "coding_loop.sexp")
-    written: list[str] = []
-
-    def write_code(prompt: str, files=None):
-        code = "def greet(name):\n    return 'Hi ' + name\n" if not written else \
-            "def greet(name):\n    return f'Hello, {name}!'\n"
-        (tmp_path / "greet.py").write_text(code)
-        written.append(prompt)
-        return {"status": "COMPLETE", "content": code}
-
-    answers = iter([
-        {"steps": "Write greet(name) in greet.py", "files": ["greet.py"]},
-        {"success": False, "analysis": "The greeting is wrong.", "next_input": "Return 'Hello, NAME!'",
-         "new_files": []},
-        {"success": True, "analysis": "Tests pass.", "next_input": None, "new_files": []},
-    ])
-    lm = scripted_lm(lambda engine, request: next(answers))
-    program = compile_program(source, tools={"coder:write": write_code}, workspace=tmp_path)
-    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        result = program(goal="Define greet(name) returning 'Hello, {name}!'",
-                         **{"test-command": "python -m pytest -q"})
-    assert result.result["success"] is True
-    assert written == ["Write greet(name) in greet.py", "Return 'Hello, NAME!'"]
-    assert [step.role for step in result.trace if step.role != "program"] == [
-        "user:plan", "executor", "validator", "user:analyze", "controller",
-        "executor", "validator", "user:analyze", "controller"]
-    assert result.lm_calls == 3
+    assert ran.stdout.split() == ["fresh", "2", "2", "True"]  # the demo's input and answer; the new instructions
 
 
 def test_concurrent_runs_of_one_program_share_no_state():
@@ -212,3 +180,9 @@ def test_concurrent_runs_of_one_program_share_no_state():
     for thread in threads:
         thread.join()
     assert sorted(results) == [1000 * number for number in range(1, 9)]
+
+
+def test_a_set_of_a_global_name_stays_in_its_run():
+    program = compile_program("(define before (car (list 1 2))) (set! car cdr) (list before (car (list 1 2)))")
+    assert program().result == (1, (2,))
+    assert program().result == (1, (2,))  # the second run starts from the primitives again

@@ -109,6 +109,45 @@ def test_the_shell_command_tool_uses_no_shell_and_checks_its_arguments():
         Interpreter().eval_source("(system:execute_shell_command (command 5))")
 
 
+def test_the_write_file_tool_writes_inside_the_workspace_and_returns_a_record(tmp_path):
+    interpreter = Interpreter(workspace=tmp_path)
+    result = interpreter.eval_source('(system:write_file (path "pkg/greet.py") (content "def greet(): pass\\n"))')
+    assert result == {"path": "pkg/greet.py", "chars": 18}
+    assert (tmp_path / "pkg" / "greet.py").read_text() == "def greet(): pass\n"
+    interpreter.eval_source('(system:write_file (path "pkg/greet.py") (content "x = 1"))')
+    assert (tmp_path / "pkg" / "greet.py").read_text() == "x = 1"
+
+
+@pytest.mark.parametrize("path, error, message", [
+    ('"../outside.py"', DslValueError, "the path '../outside.py' leads out of the workspace"),
+    ('"pkg/../../outside.py"', DslValueError, "leads out of the workspace"),
+    ('"/tmp/absolute.py"', DslValueError, "the path must be relative to the workspace, got '/tmp/absolute.py'"),
+    ('"."', DslValueError, "the path '.' leads out of the workspace"),
+    ('""', DslTypeError, "the path must be a non-empty string"),
+    ("5", DslTypeError, "the path must be a non-empty string, got 5"),
+])
+def test_the_write_file_tool_refuses_paths_that_leave_the_workspace(tmp_path, path, error, message):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with pytest.raises(error, match=message) as caught:
+        Interpreter(workspace=workspace).eval_source(f'(system:write_file (path {path}) (content "x"))', "w.sexp")
+    assert str(caught.value).startswith("w.sexp:1:1: ")
+    assert sorted(path.name for path in tmp_path.rglob("*")) == ["workspace"]
+
+
+def test_the_write_file_tool_follows_no_symlink_out_of_the_workspace_and_takes_only_text(tmp_path):
+    workspace, outside = tmp_path / "workspace", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (workspace / "link").symlink_to(outside)
+    interpreter = Interpreter(workspace=workspace)
+    with pytest.raises(DslValueError, match="leads out of the workspace"):
+        interpreter.eval_source('(system:write_file (path "link/escape.py") (content "x"))')
+    assert list(outside.iterdir()) == []
+    with pytest.raises(DslTypeError, match="the content must be a string, got 5"):
+        interpreter.eval_source('(system:write_file (path "a.py") (content 5))')
+
+
 def _quoted(text):
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 

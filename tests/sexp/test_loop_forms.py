@@ -241,3 +241,122 @@ def test_loop_forms_are_dsl_errors_never_python_errors_for_any_phase_value():
     for value in ("42", "\"text\"", "'()", "(list 1 2 3)", "#t"):
         with pytest.raises(DslError):
             run(iterative(controller=f"(lambda (r v input n) {value})"))
+
+
+# Each form with phases that note (role, iteration) and never stop on their own: the loop runs to
+# max-iterations. `expected` is the phases called in one iteration (the creator only in the first).
+NOTING = {
+    "iterative-loop": ("""(iterative-loop (max-iterations {n}) (initial-input "in") (test-command "t")
+  (executor (lambda (input n) (note 'executor n) (list 'result n)))
+  (validator (lambda (command n) (note 'validator n) 1))
+  (controller (lambda (result validation input n) (note 'controller n) (list 'continue input))))""",
+                       ["executor", "validator", "controller"], ("result", "{n}")),
+    "director-evaluator-loop": ("""(director-evaluator-loop (max-iterations {n}) (initial-director-input "goal")
+  (director (lambda (input n) (note 'director n) "plan"))
+  (executor (lambda (plan n) (note 'executor n) (list 'result n)))
+  (evaluator (lambda (result plan n) (note 'evaluator n) "FAIL"))
+  (controller (lambda (feedback plan result n) (note 'controller n) (list 'continue "goal"))))""",
+                                ["director", "executor", "evaluator", "controller"], ("result", "{n}")),
+    "creator-critic-loop": ("""(creator-critic-loop (max-iterations {n}) (requirements "r")
+  (creator (lambda (requirements context n) (note 'creator n) "draft"))
+  (critic (lambda (requirements draft n) (note 'critic n) #f))
+  (iterator (lambda (requirements draft verdict n) (note 'iterator n) (string-append draft "+"))))""",
+                            ["critic", "iterator"], None),
+}
+
+
+def noted_run(source: str):
+    return run("(define calls '())\n(define (note role n) (set! calls (append calls (list (list role n)))))\n"
+               f"(define value {source})\n(list value calls)")
+
+
+@pytest.mark.parametrize("max_iterations", [0, 1, 3])
+@pytest.mark.parametrize("form", list(NOTING))
+def test_every_phase_gets_1_based_iterations_and_the_loop_stops_at_max_iterations(form, max_iterations):
+    source, per_iteration, last_result = NOTING[form]
+    (value, calls), warnings = noted_run(source.format(n=max_iterations))
+    if form == "creator-critic-loop":
+        # The creator drafts in iteration 1; each later iteration is a revision; the critic judges each draft.
+        expected = [("creator", 1), ("critic", 1)] if max_iterations else []
+        for n in range(2, max_iterations + 1):
+            expected += [("iterator", n), ("critic", n)]
+        last_value = "draft" + "+" * (max_iterations - 1) if max_iterations else ()
+    else:
+        expected = [(role, n) for n in range(1, max_iterations + 1) for role in per_iteration]
+        last_value = (last_result[0], max_iterations) if max_iterations else ()
+    assert list(calls) == expected
+    assert value == last_value  # the last executor result (the last draft); nil when nothing ran
+    assert warnings == ([f"<string>:3:15: {form}: stopped at max_iterations={max_iterations}"]
+                        if max_iterations else [])
+
+
+@pytest.mark.parametrize("form, source", [
+    ("director-evaluator-loop", """(director-evaluator-loop (max-iterations 3) (initial-director-input "goal")
+  (director (lambda (input n) input)) (executor (lambda (plan n) plan)) (evaluator (lambda (result plan n) "PASS"))
+  (controller (lambda (feedback plan result n) (list 'halt result))))"""),
+    ("iterative-loop", """(iterative-loop (max-iterations 3) (initial-input "in") (test-command "t")
+  (executor (lambda (input n) input)) (validator (lambda (command n) 0))
+  (controller (lambda (result validation input n) (list 'stop))))"""),
+])
+def test_a_malformed_decision_is_an_error_at_the_controller_clause_of_every_form(form, source):
+    with pytest.raises(DslValueError) as raised:
+        run(source)
+    assert str(raised.value).splitlines()[0].startswith("<string>:3:3: the controller returned (")
+    assert "which is not a decision: expected (list 'continue next-input) or (list 'stop value)" in str(raised.value)
+
+
+def test_a_primitive_or_host_callable_phase_of_the_wrong_arity_is_an_error_at_its_clause():
+    source = ("(director-evaluator-loop (max-iterations 1) (initial-director-input 1)\n"
+              "  (director list) (executor car) (evaluator list) (controller list))")
+    with pytest.raises(ArityError) as raised:
+        run(source)
+    assert str(raised.value) == (
+        "<string>:2:19: director-evaluator-loop: the executor must take 2 argument(s) (plan iteration), but "
+        "primitive 'car' cannot be called with 2\n"
+        "      (director list) (executor car) (evaluator list) (controller list))\n"
+        "                      ^")
+
+
+def test_a_dsl_error_in_a_phase_is_neither_retried_nor_a_graceful_stop():
+    source = """(defatom user:write (params (n int)) (instructions "Write {{n}}."))
+(iterative-loop (max-iterations 3) (initial-input 1) (test-command "t")
+  (executor (lambda (input n) (user:write (n n))))
+  (validator (lambda (command n) (tick) (car '())))
+  (controller (lambda (result validation input n) (list 'stop result))))"""
+    ticks = []
+    lm = scripted_lm([{"content": "code"}])
+    program = compile_program(source, tools={"tick": lambda: ticks.append(1)})
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()), pytest.raises(DslValueError) as raised:
+        program()
+    assert str(raised.value).startswith("<string>:4:41: 'car' of nil: the list is empty")
+    assert (len(ticks), len(lm.engine.requests)) == (1, 1)  # the validator ran once, nothing ran after it
+
+
+def test_an_atom_that_fails_inside_a_phase_returns_a_failed_record_and_the_loop_goes_on():
+    source = """(defatom user:write (params (n int)) (instructions "Write {{n}}."))
+(iterative-loop (max-iterations 3) (initial-input 1) (test-command "t")
+  (executor (lambda (input n) (user:write (n n))))
+  (validator (lambda (command n) 0))
+  (controller (lambda (result validation input n)
+                (if (equal? (get-field result "status") "FAILED")
+                    (list 'continue input)
+                    (list 'stop (list n (get-field result "content")))))))"""
+    lm = scripted_lm([RuntimeError("model crashed"), {"content": "code"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        result = compile_program(source)()
+    assert result.result == (2, "code")
+    assert result.warnings == ["<string>:2:1: iterative-loop: atom user:write failed: user:write failed after 1 "
+                               "attempt(s): LMUnexpectedError: [scripted/test] model crashed"]
+    assert [(step.role, step.iteration, step.error) for step in result.trace if step.role == "user:write"] == [
+        ("user:write", 1, "LMUnexpectedError: [scripted/test] model crashed"), ("user:write", 2, None)]
+
+
+def test_a_loops_max_iterations_warning_reaches_the_compiled_programs_prediction():
+    source = """(iterative-loop (max-iterations 2) (initial-input 1) (test-command "t")
+  (executor (lambda (input n) (* input 10))) (validator (lambda (command n) 1))
+  (controller (lambda (result validation input n) (list 'continue result))))"""
+    result = compile_program(source)()
+    assert (result.result, result.stop_reason, result.success) == (100, "completed", True)
+    assert result.warnings == ["<string>:1:1: iterative-loop: stopped at max_iterations=2"]
+    assert [(step.role, step.iteration) for step in result.trace][:3] == [
+        ("executor", 1), ("validator", 1), ("controller", 1)]
