@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from loops.contracts import contracts
 from loops.errors import ConfigurationError
 from loops.module import LoopModule
-from loops.runtime import Program, Run
+from loops.runtime import Program, Run, current_run
 from loops.sexp.atoms import atom_predictors
 from loops.sexp.errors import LimitExceeded
 from loops.sexp.evaluator import Env, Limits
@@ -80,8 +80,6 @@ class SexpProgram(LoopModule):
         return run.finish("completed", final=value, success=True)
 
     def _evaluate(self, bindings: dict[str, Any]) -> Any:
-        from loops.runtime import current_run
-
         interpreter = self._interpreter
         ev = interpreter.start_evaluation()
         # The run's own copy of the globals: a `set!` of a primitive's or a tool's name stays in this run.
