@@ -198,6 +198,7 @@ class Evaluation:
         self.limits = limits
         self.warnings: list[str] = []
         self.log: list[str] = []
+        self.loop_runs: dict[Node, int] = {}  # how many times each loop form has run in this run
         self.value: Any = NIL
         self.steps = 0
         self.depth = 0

@@ -107,6 +107,9 @@ class _Attempt:
     def __init__(self, value: Any):
         self.value = value
 
+    def __repr__(self) -> str:  # what a checkpoint's digest of the controller's inputs sees
+        return f"_Attempt({self.value!r})"
+
 
 def _unbox(value: Any) -> Any:
     return value.value if type(value) is _Attempt else value
@@ -232,6 +235,17 @@ def _budget(max_iterations: int, ev: Evaluation, node: Node) -> Budget:
     return budget.override(**limits)
 
 
+def _checkpoint(ev: Evaluation, node: Node) -> dict[str, Any]:
+    """Where the loop's run is recorded when the enclosing run is (a compiled program with
+    `checkpoint` and `run_id`): the same store, under a run id derived from the enclosing one, the
+    form's position and how many times the form has run, so a resumed program replays its loops too."""
+    count = ev.loop_runs[node] = ev.loop_runs.get(node, 0) + 1
+    outer = current_run()
+    if outer is None or outer.replay is None:
+        return {}
+    return {"checkpoint": outer.replay.store, "run_id": f"{outer.replay.run_id}/{node.line}:{node.col}#{count}"}
+
+
 def _fold(prediction: Any, form: LoopForm, ev: Evaluation, node: Node) -> None:
     """The loop's run into the enclosing one: its trace, calls, tokens and histories; its warnings
     into the program's, at the form's position."""
@@ -285,7 +299,8 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
                 return NIL
             token = _running_phases.set(phases)
             try:
-                prediction = module(**inputs(values), budget=_budget(max_iterations, ev, node))
+                prediction = module(**inputs(values), budget=_budget(max_iterations, ev, node),
+                                    **_checkpoint(ev, node))
             finally:
                 _running_phases.reset(token)
             _fold(prediction, form, ev, node)

@@ -7,7 +7,10 @@
     >>> program(name="a water bottle").result
 
 The program is read and analysed once, when compiled (every syntax error is raised then). Each call
-runs it in a fresh scope under the interpreter's globals, with the keyword inputs bound as variables,
+runs it in a fresh scope under the interpreter's globals, with the keyword inputs bound as variables
+(except `budget`, `checkpoint` and `run_id`, which are the call's options as for every loop module;
+with `checkpoint` and `run_id` the program's atom calls and its loops are recorded, and a resumed run
+replays them without calling the LM again),
 as one run of the loop runtime: atoms called anywhere in it are role calls of that run (traced,
 budget-checked, retried), and a loop form's run folds into it. The prediction has `result` (the value
 of the last form) with the runtime's result fields (`final` is `result`; `success` is True when the
@@ -29,6 +32,7 @@ from typing import Any
 import dspy
 from pydantic import BaseModel
 
+from loops.checkpoint import digest
 from loops.contracts import contracts
 from loops.errors import ConfigurationError
 from loops.module import LoopModule
@@ -69,10 +73,16 @@ class SexpProgram(LoopModule):
             self._llm_roles.append(name)
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
-        return self._forward({}, bindings=inputs)
+        options, bindings = _call_options(inputs)
+        return self._forward(options, bindings=bindings)
 
     async def aforward(self, **inputs: Any) -> dspy.Prediction:
-        return await self._aforward({}, bindings=inputs)
+        options, bindings = _call_options(inputs)
+        return await self._aforward(options, bindings=bindings)
+
+    def fingerprint(self) -> str:
+        """The atoms' prompts and the program's text: a checkpoint of another program does not replay."""
+        return f"{super().fingerprint()}:{digest(self.source)}"
 
     def _loop(self, run: Run, bindings: dict[str, Any]) -> Program:
         run.next_iteration()
@@ -108,6 +118,15 @@ class SexpProgram(LoopModule):
         for name in self._atom_names:
             setattr(twin, name, copy.deepcopy(getattr(self, name), memo))
         return twin
+
+
+CALL_OPTIONS = ("budget", "checkpoint", "run_id")
+
+
+def _call_options(inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A call's own options (`budget=`, `checkpoint=`, `run_id=`), and the rest: the program's inputs."""
+    options = {name: inputs.pop(name) for name in CALL_OPTIONS if name in inputs}
+    return options, inputs
 
 
 def compile(source_or_path: str | os.PathLike[str], tools: Mapping[str, Callable[..., Any]] | None = None,

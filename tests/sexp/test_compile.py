@@ -20,7 +20,7 @@ import pytest
 from loops import ConfigurationError
 from loops.sexp import DslSyntaxError, SexpProgram
 from loops.sexp import compile as compile_program
-from tests.scripted import ScriptedEngine
+from tests.scripted import ScriptedEngine, scripted_lm
 
 SLOGAN = """
 (defatom user:slogan
@@ -186,3 +186,50 @@ def test_a_set_of_a_global_name_stays_in_its_run():
     program = compile_program("(define before (car (list 1 2))) (set! car cdr) (list before (car (list 1 2)))")
     assert program().result == (1, (2,))
     assert program().result == (1, (2,))  # the second run starts from the primitives again
+
+
+class Crash(BaseException):
+    """The process dying mid-run: nothing in the library catches it."""
+
+
+RESUMABLE = """(defatom user:improve (params (text string)) (instructions "Improve {{text}}.")
+  (returns (improved string)))
+(define first (user:improve (text "v0")))
+(iterative-loop
+  (max-iterations 4)
+  (initial-input (get-field first "improved"))
+  (test-command "true")
+  (executor (lambda (input n) (get-field (user:improve (text input)) "improved")))
+  (validator (lambda (command n) (if (= n 3) 0 1)))
+  (controller (lambda (attempt validation input n)
+                (if (= validation 0) (list 'stop attempt) (list 'continue attempt)))))"""
+
+
+def test_a_program_and_its_loop_resume_from_a_checkpoint_without_repeating_an_lm_call(tmp_path):
+    answers = [{"improved": f"v{number}"} for number in range(1, 5)]
+    with dspy.context(lm=scripted_lm(list(answers)), adapter=dspy.ChatAdapter()):
+        uninterrupted = compile_program(RESUMABLE)()
+    store = str(tmp_path / "runs.db")
+
+    crashing = scripted_lm([*answers[:2], Crash()])  # dies asking for the loop's second attempt
+    with dspy.context(lm=crashing, adapter=dspy.ChatAdapter()), pytest.raises(Crash):
+        compile_program(RESUMABLE, checkpoint=store)(run_id="r1")
+    resumed_lm = scripted_lm(list(answers[2:]))
+    with dspy.context(lm=resumed_lm, adapter=dspy.ChatAdapter()):
+        resumed = compile_program(RESUMABLE, checkpoint=store)(run_id="r1")
+
+    assert resumed.result == uninterrupted.result == "v4"
+    assert [(step.role, step.iteration) for step in resumed.trace] == [
+        (step.role, step.iteration) for step in uninterrupted.trace]
+    assert len(resumed_lm.engine.requests) == 2  # the two calls the crashed run never made
+    assert resumed.lm_calls == uninterrupted.lm_calls == 4
+
+
+def test_a_changed_program_does_not_replay_another_programs_checkpoint(tmp_path):
+    from loops.checkpoint import ReplayDivergence
+
+    store = str(tmp_path / "runs.db")
+    with dspy.context(lm=scripted_lm([{"improved": f"v{n}"} for n in range(1, 5)]), adapter=dspy.ChatAdapter()):
+        compile_program(RESUMABLE, checkpoint=store)(run_id="r1")
+        with pytest.raises(ReplayDivergence):
+            compile_program(RESUMABLE.replace("(= n 3)", "(= n 2)"), checkpoint=store)(run_id="r1")
