@@ -328,6 +328,8 @@ def run_program(
         help="Directory the shell tool and get_context work in (default: the current one)")] = None,
     timeout: TimeoutOption = 300.0,
     trace: TraceOption = None,
+    checkpoint: CheckpointOption = None,
+    run_id: RunIdOption = None,
     token_budget: TokenBudgetOption = None,
     max_cost: MaxCostOption = None,
 ) -> None:
@@ -340,6 +342,12 @@ def run_program(
     from loops.sexp import DslError, LimitExceeded, Limits, compile, to_source
 
     bindings = _bindings(assignments or [])
+    reserved = sorted(set(bindings) & {"budget", "checkpoint", "run_id"})
+    if reserved:
+        raise ConfigurationError(f"--set {reserved[0]}=... names a program call's own option; use --checkpoint/"
+                                 "--run-id (or --token-budget, --max-cost, --timeout), or another variable name")
+    recording = _run_options(timeout, checkpoint, run_id, None, None)
+    bindings.update({name: recording[name] for name in ("checkpoint", "run_id") if name in recording})
     try:
         compiled = compile(program, workspace=workspace, limits=Limits(timeout_s=timeout),
                            budget=Budget(max_iterations=1, timeout_s=timeout, max_tokens=token_budget,

@@ -125,3 +125,25 @@ def test_a_program_stopped_by_its_wall_clock_exits_1_with_the_position(scripted,
     assert outcome.exit_code == 1, outcome.output
     assert f"{program}:1:18: wall-clock limit exceeded: timeout_s=0.3" in outcome.stderr
     assert outcome.stderr.rstrip().endswith("^")
+
+
+def test_a_program_run_is_recorded_and_a_second_run_with_its_id_replays_it(scripted, tmp_path):
+    program = tmp_path / "slogan.sexp"
+    program.write_text('(defatom user:slogan (params (product string)) (instructions "A slogan for {{product}}.")\n'
+                       '  (returns (slogan string)))\n(get-field (user:slogan (product product)) "slogan")\n')
+    store = tmp_path / "runs.db"
+    args = ["run", str(program), "--set", "product=tea", "--model", "openai/scripted", "--checkpoint", str(store),
+            "--run-id", "r1"]
+    first, second = invoke(*args), invoke(*args)
+    assert first.exit_code == second.exit_code == 0, first.output + second.output
+    assert '"Drink up"' in second.stdout
+    assert [len(lm.engine.requests) for lm in scripted] == [1, 0]  # the second run replayed the call
+    listed = invoke("runs", "list", str(store))
+    assert "r1" in listed.stdout
+
+
+def test_set_may_not_name_a_call_option(scripted, tmp_path):
+    program = tmp_path / "p.sexp"
+    program.write_text("1")
+    outcome = invoke("run", str(program), "--set", "run_id=x")
+    assert outcome.exit_code == 2 and "--set run_id=... names a program call's own option" in outcome.stderr
