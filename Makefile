@@ -13,7 +13,7 @@ demo: $(VENV)/.installed-local
 	$(BIN)/loops refine "$(DEMO_REQUIREMENTS)" --max-iterations 2 --trace demo-trace.jsonl || [ $$? -eq 1 ]
 
 test: $(VENV)/.installed-dev
-	$(BIN)/ruff check loops signatures sexp benchmarks tests
+	$(BIN)/ruff check loops signatures sexp optimize benchmarks tests
 	$(BIN)/python -m pytest
 
 $(BIN)/python:

@@ -19,6 +19,8 @@ import dspy
 from dspy.utils.dummies import DummyLM
 
 import loops
+import loops.optimize
+import loops.sexp
 import loops.signatures
 from loops import CreatorCriticIterator
 
@@ -35,6 +37,8 @@ phase_run = CreatorCriticIterator(creator=lambda requirements, context, iteratio
 print(json.dumps({
     "loops": loops.__file__,
     "signatures": loops.signatures.__file__,
+    "sexp": loops.sexp.__file__,
+    "optimize": loops.optimize.__file__,
     "runs": [[llm_run.final, llm_run.success], [phase_run.final, phase_run.success]],
     "shadowed": sorted(name for name in ("signatures", "optimize", "sexp") if name in sys.modules),
 }))
@@ -62,7 +66,8 @@ def run_program(cwd: Path, pythonpath: str | None = None) -> dict:
 
 def check(found: dict, package_root: Path) -> None:
     assert Path(found["loops"]).resolve().is_relative_to(package_root.resolve()), found["loops"]
-    assert Path(found["signatures"]).resolve().is_relative_to(package_root.resolve()), found["signatures"]
+    for package in ("signatures", "sexp", "optimize"):
+        assert Path(found[package]).resolve().is_relative_to(package_root.resolve()), found[package]
     assert found["runs"] == [["D0", True], ["draft", True]]
     assert found["shadowed"] == []
 
@@ -99,7 +104,8 @@ def test_a_users_signatures_and_optimize_modules_do_not_shadow_ours_regular_inst
     importable = [name for name in installed if not name.endswith(".dist-info") and name != "bin"]
     assert importable == ["loops"], installed  # nothing but `loops` at the top level (bin/ holds the CLI script)
     assert [name for name in installed if name.endswith(".dist-info")] == ["loops-0.1.0.dist-info"]
-    assert (site / "loops" / "signatures" / "__init__.py").is_file()
+    for package in ("signatures", "sexp", "optimize"):
+        assert (site / "loops" / package / "__init__.py").is_file()
 
     found = run_program(user_directory(tmp_path), pythonpath=str(site))
 

@@ -1,0 +1,152 @@
+"""Metrics for loop modules, usable by `dspy.Evaluate` and every optimizer.
+
+Each reads the prediction a loop returns (the shared result shape: `success`, `final`,
+`best_attempt`, `stop_reason`, `warnings`, ...) and scores it in [0, 1], 1.0 only for full success:
+
+- `creator_critic_metric`: 1.0 when the critic approved; otherwise the share of the critic's criteria
+  (accuracy, completeness, quality) the final draft passed, scaled below 1.
+- `execute_validate_metric`: the share of tests passed; 1.0 only when the validation passed.
+- `director_metric`: 1.0 when the evaluator passed the result, else 0.
+- `result_metric`: any loop or DSL program: 1.0 on success, else 0.
+
+A metric is called three ways, and answers each as its caller expects:
+
+- `metric(example, prediction)` (`dspy.Evaluate`, scoring): the score, a float;
+- `metric(example, prediction, trace)` with a trace (bootstrapping demos): whether the run fully
+  succeeded, a bool, so that only successful runs become demos;
+- `metric(example, prediction, trace, pred_name, pred_trace)` (GEPA asking about one predictor):
+  `dspy.Prediction(score=..., feedback=...)`, the feedback drawn from what the loop itself learnt —
+  the critic's feedback, the failing tests' digest, the evaluator's feedback — plus its stop reason.
+
+`fewer_calls(metric, weight)` makes any of them also reward runs that used fewer LM calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import dspy
+
+from loops.contracts import passed
+from loops.signatures.results import ValidationResult
+
+__all__ = ["creator_critic_metric", "director_metric", "execute_validate_metric", "fewer_calls", "result_metric"]
+
+CRITERIA = ("accuracy", "completeness", "quality")
+# An unapproved draft scores at most this, however many criteria it passed: only approval is 1.0.
+PARTIAL_CEILING = 0.9
+
+Scorer = Callable[[Any], tuple[float, str]]
+
+
+def _field(value: Any, name: str) -> Any:
+    if isinstance(value, Mapping):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def _last_words(prediction: Any) -> str:
+    """What the run's end says of itself: its stop reason, its last warning and error."""
+    parts = [f"stop reason: {_field(prediction, 'stop_reason')}"]
+    warnings = _field(prediction, "warnings") or []
+    if warnings:
+        parts.append(f"last warning: {warnings[-1]}")
+    if _field(prediction, "error") is not None:
+        parts.append(f"error: {_field(prediction, 'error')}")
+    return "; ".join(parts)
+
+
+def _metric(scorer: Scorer) -> Callable[..., Any]:
+    def metric(example: Any, prediction: Any, trace: Any = None, pred_name: str | None = None,
+               pred_trace: Any = None) -> Any:
+        score, feedback = scorer(prediction)
+        if pred_name is not None or pred_trace is not None:
+            return dspy.Prediction(score=score, feedback=f"{feedback}\n{_last_words(prediction)}".strip())
+        if trace is not None:
+            return score >= 1.0
+        return score
+
+    metric.__name__ = metric.__qualname__ = scorer.__name__.removeprefix("_score_") + "_metric"
+    metric.__doc__ = scorer.__doc__
+    return metric
+
+
+def _score_result(prediction: Any) -> tuple[float, str]:
+    """1.0 when the run succeeded (approved, tests pass, evaluator passed, program completed), else 0."""
+    success = bool(_field(prediction, "success"))
+    return (1.0 if success else 0.0), ("The run succeeded." if success else "The run did not succeed.")
+
+
+def _score_creator_critic(prediction: Any) -> tuple[float, str]:
+    """1.0 when the critic approved; else the share of criteria the final draft passed, below 1."""
+    if _field(prediction, "success"):
+        return 1.0, "The critic approved the draft."
+    verdict = _field(_field(prediction, "best_attempt") or {}, "verdict")
+    met = [name for name in CRITERIA if _field(verdict, f"{name}_passed") is True]
+    missed = [name for name in CRITERIA if name not in met]
+    feedback = str(_field(verdict, "feedback") or "").strip()
+    text = f"The critic did not approve; criteria failed: {', '.join(missed) or 'none named'}."
+    return PARTIAL_CEILING * len(met) / len(CRITERIA), f"{text} {feedback}".strip()
+
+
+def _score_execute_validate(prediction: Any) -> tuple[float, str]:
+    """The share of tests passed by the final attempt; 1.0 only when its validation passed."""
+    best = _field(prediction, "best_attempt") or {}
+    validation = _field(best, "validation")
+    if validation is None:
+        return 0.0, "No attempt was validated."
+    if not isinstance(validation, ValidationResult):
+        ok = passed(validation)
+        return (1.0 if ok else 0.0), ("The validation passed." if ok else f"The validation failed: {validation!r:.200}")
+    if validation.ok:
+        return 1.0, "All tests pass."
+    from loops.python_code import failure_digest  # Python-specific: the digest the loop itself gives the executor
+
+    code = _field(_field(best, "result"), "content") or ""
+    total = (validation.passed or 0) + (validation.failed or 0)
+    share = (validation.passed or 0) / total if total else 0.0
+    return min(share, PARTIAL_CEILING), failure_digest(validation, str(code))
+
+
+def _score_director(prediction: Any) -> tuple[float, str]:
+    """1.0 when the evaluator passed the final result, else 0."""
+    feedback = _field(_field(prediction, "best_attempt") or {}, "feedback")
+    if bool(_field(prediction, "success")) or (feedback is not None and passed(feedback)):
+        return 1.0, "The evaluator passed the result."
+    details = _field(feedback, "feedback") if isinstance(feedback, Mapping) else feedback
+    return 0.0, f"The evaluator did not pass the result: {details if details is not None else 'no evaluation'}"
+
+
+result_metric = _metric(_score_result)
+creator_critic_metric = _metric(_score_creator_critic)
+execute_validate_metric = _metric(_score_execute_validate)
+director_metric = _metric(_score_director)
+
+
+def fewer_calls(metric: Callable[..., Any], weight: float = 0.1, calls_for_nothing: int = 20) -> Callable[..., Any]:
+    """`metric`, less up to `weight` for the LM calls the run made (`weight` at `calls_for_nothing`
+    calls or more): among equally good runs, the cheaper scores higher. Bootstrapping still asks only
+    whether the run succeeded."""
+    if not (isinstance(weight, (int, float)) and 0 <= weight <= 1 and math.isfinite(weight)):
+        raise ValueError(f"weight must be a number from 0 to 1, got {weight!r}")
+    if not (isinstance(calls_for_nothing, int) and calls_for_nothing >= 1):
+        raise ValueError(f"calls_for_nothing must be an int >= 1, got {calls_for_nothing!r}")
+
+    def cost(prediction: Any) -> float:
+        calls = _field(prediction, "lm_calls") or 0
+        return weight * min(calls, calls_for_nothing) / calls_for_nothing
+
+    def cheaper(example: Any, prediction: Any, trace: Any = None, pred_name: str | None = None,
+                pred_trace: Any = None) -> Any:
+        if pred_name is None and pred_trace is None:
+            value = metric(example, prediction, trace)
+            return value if trace is not None else max(0.0, float(value) - cost(prediction))
+        value = metric(example, prediction, trace, pred_name, pred_trace)
+        calls = _field(prediction, "lm_calls") or 0
+        return dspy.Prediction(score=max(0.0, float(value.score) - cost(prediction)),
+                               feedback=f"{value.feedback}\nLM calls: {calls}")
+
+    cheaper.__name__ = cheaper.__qualname__ = f"{getattr(metric, '__name__', 'metric')}_fewer_calls"
+    return cheaper
