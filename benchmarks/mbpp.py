@@ -19,18 +19,18 @@ import json
 import math
 import os
 import re
-import shlex
 import sys
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from loops.optimize.datasets import MBPP_TEST_COMMAND, MBPP_TEST_FILE, mbpp_prompt, mbpp_test_file
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO_ROOT / ".." / "shared" / "data" / "mbpp" / "sanitized-mbpp-dev.jsonl"
-TEST_FILE = "test_solution.py"
-TEST_COMMAND = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", TEST_FILE])
+TEST_FILE = MBPP_TEST_FILE
+TEST_COMMAND = MBPP_TEST_COMMAND
 TEST_TIMEOUT_S = 10
 # solution.py is rewritten within seconds; .pyc files are validated by whole-second mtime and size,
 # so a stale cache could otherwise be imported. Keep the workspaces free of bytecode.
@@ -96,18 +96,8 @@ def load_tasks(path: str | os.PathLike[str], split: str, limit: int | None = Non
     return tasks[:limit] if limit else tasks
 
 
-def build_prompt(task: dict[str, Any]) -> str:
-    """The MBPP paper's prompt: the task text and the asserts the code must pass."""
-    tests = "\n".join(task["test_list"])
-    return (f"You are an expert Python programmer, and here is your task: {task['prompt']} "
-            f"Your code should pass these tests:\n\n{tests}")
-
-
-def build_test_file(task: dict[str, Any]) -> str:
-    lines = ["from solution import *", *task["test_imports"], ""]
-    for number, assertion in enumerate(task["test_list"], 1):
-        lines += ["", f"def test_{number}():", textwrap.indent(assertion.strip(), "    "), ""]
-    return "\n".join(lines)
+build_prompt = mbpp_prompt  # the dataset's own rendering (loops.optimize.datasets), one copy of it
+build_test_file = mbpp_test_file
 
 
 # --- reading a run ---------------------------------------------------------------------------------

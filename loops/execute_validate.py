@@ -233,6 +233,8 @@ class ExecuteValidateController(LoopModule):
         settings = self.settings()
         policy, samples = settings["policy"], settings["samples"] if self._builtin_executor else 1
         with self._run_workspace() as workspace:
+            if self._builtin_executor:
+                workspace.write(CodeRequest.of(initial_input).workspace_files)
             validator = self.validator or self._builtin_validator(run, workspace)
             current = self._first_request(workspace, initial_input, test_command) if self._builtin_executor \
                 else initial_input

@@ -5,7 +5,8 @@ Each reads the prediction a loop returns (the shared result shape: `success`, `f
 
 - `creator_critic_metric`: 1.0 when the critic approved; otherwise the share of the critic's criteria
   (accuracy, completeness, quality) the final draft passed, scaled below 1.
-- `execute_validate_metric`: the share of tests passed; 1.0 only when the validation passed.
+- `execute_validate_metric`: the share of tests passed (a `PytestValidator`'s counts, or pytest's
+  summary line in the output); 1.0 only when the validation passed.
 - `director_metric`: 1.0 when the evaluator passed the result, else 0.
 - `result_metric`: any loop or DSL program: 1.0 on success, else 0.
 
@@ -31,6 +32,7 @@ import dspy
 
 from loops.contracts import passed
 from loops.signatures.results import ValidationResult
+from loops.validators import parse_pytest_counts
 
 __all__ = ["creator_critic_metric", "director_metric", "execute_validate_metric", "fewer_calls", "result_metric"]
 
@@ -105,8 +107,11 @@ def _score_execute_validate(prediction: Any) -> tuple[float, str]:
     from loops.python_code import failure_digest  # Python-specific: the digest the loop itself gives the executor
 
     code = _field(_field(best, "result"), "content") or ""
-    total = (validation.passed or 0) + (validation.failed or 0)
-    share = (validation.passed or 0) / total if total else 0.0
+    counted, failed = validation.passed, validation.failed
+    if counted is None:  # a plain shell validator: the counts are in pytest's summary line, if it ran pytest
+        counted, failed = parse_pytest_counts(validation.stdout)
+    total = (counted or 0) + (failed or 0)
+    share = (counted or 0) / total if total else 0.0
     return min(share, PARTIAL_CEILING), failure_digest(validation, str(code))
 
 

@@ -49,7 +49,9 @@ class CodeRequest(_Frozen):
     The loop's public input is a str (the prompt) or a dict with a `prompt` str and, optionally, the
     other fields: `files` (workspace files shown to the executor), `target_file` (the file it writes;
     default the module's), `expected_names` (names the code must define), `feedback` (what failed
-    before) and `interface` (what the tests call, read from the workspace before the first attempt).
+    before), `interface` (what the tests call, read from the workspace before the first attempt) and
+    `workspace_files` ({path: text} written into the run's workspace before anything else, e.g. the
+    tests of one dataset example: each example then brings its own workspace).
     The loop builds the next iteration's request from it with `retry`.
     """
 
@@ -61,6 +63,7 @@ class CodeRequest(_Frozen):
     files: tuple[str, ...] = ()
     target_file: str | None = None
     interface: str = ""
+    workspace_files: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
     def of(cls, value: Any) -> CodeRequest:
