@@ -89,7 +89,7 @@ DIRECTOR = contracts(
 _PASSING_STATUSES = frozenset({"PASS", "PASSED", "SUCCESS", "COMPLETE", "OK", "TRUE"})
 
 
-def _field(value: Any, *names: str) -> Any:
+def field_of(value: Any, *names: str) -> Any:
     """The first of `names` found on a dict or an object (a Prediction, a pydantic model), else None."""
     for name in names:
         if isinstance(value, Mapping):
@@ -110,10 +110,10 @@ def passed(value: Any) -> bool:
         return value == 0  # an exit code
     if isinstance(value, str):
         return value.strip().upper() in _PASSING_STATUSES
-    status = _field(value, "status", "success", "ok", "passed")
+    status = field_of(value, "status", "success", "ok", "passed")
     if status is not None:
         return passed(status)
-    code = _field(value, "exit_code")
+    code = field_of(value, "exit_code")
     return code == 0 if code is not None else False
 
 
@@ -153,7 +153,7 @@ def verdict_approved(verdict: Any) -> bool:
         return verdict
     if isinstance(verdict, tuple | list) and len(verdict) == 2 and isinstance(verdict[0], bool):
         return verdict[0]
-    approved = _field(verdict, "approved")
+    approved = field_of(verdict, "approved")
     if isinstance(approved, bool):
         return approved
     raise ContractError(f"the critic returned {verdict!r:.200}; {CREATOR_CRITIC['critic'].returns} expected")
@@ -163,7 +163,7 @@ def verdict_feedback(verdict: Any) -> str:
     """A critic's feedback as text, for the built-in iterator."""
     if isinstance(verdict, tuple | list) and len(verdict) == 2:
         return str(verdict[1])
-    feedback = _field(verdict, "feedback")
+    feedback = field_of(verdict, "feedback")
     return "" if feedback is None else str(feedback)
 
 

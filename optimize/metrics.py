@@ -30,33 +30,27 @@ from typing import Any
 
 import dspy
 
-from loops.contracts import passed
+from loops.contracts import field_of, passed
+from loops.creator_critic import CRITERIA
 from loops.signatures.results import ValidationResult
 from loops.validators import parse_pytest_counts
 
 __all__ = ["creator_critic_metric", "director_metric", "execute_validate_metric", "fewer_calls", "result_metric"]
 
-CRITERIA = ("accuracy", "completeness", "quality")
 # An unapproved draft scores at most this, however many criteria it passed: only approval is 1.0.
 PARTIAL_CEILING = 0.9
 
 Scorer = Callable[[Any], tuple[float, str]]
 
 
-def _field(value: Any, name: str) -> Any:
-    if isinstance(value, Mapping):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
 def _last_words(prediction: Any) -> str:
     """What the run's end says of itself: its stop reason, its last warning and error."""
-    parts = [f"stop reason: {_field(prediction, 'stop_reason')}"]
-    warnings = _field(prediction, "warnings") or []
+    parts = [f"stop reason: {field_of(prediction, 'stop_reason')}"]
+    warnings = field_of(prediction, "warnings") or []
     if warnings:
         parts.append(f"last warning: {warnings[-1]}")
-    if _field(prediction, "error") is not None:
-        parts.append(f"error: {_field(prediction, 'error')}")
+    if field_of(prediction, "error") is not None:
+        parts.append(f"error: {field_of(prediction, 'error')}")
     return "; ".join(parts)
 
 
@@ -77,26 +71,26 @@ def _metric(scorer: Scorer) -> Callable[..., Any]:
 
 def _score_result(prediction: Any) -> tuple[float, str]:
     """1.0 when the run succeeded (approved, tests pass, evaluator passed, program completed), else 0."""
-    success = bool(_field(prediction, "success"))
+    success = bool(field_of(prediction, "success"))
     return (1.0 if success else 0.0), ("The run succeeded." if success else "The run did not succeed.")
 
 
 def _score_creator_critic(prediction: Any) -> tuple[float, str]:
     """1.0 when the critic approved; else the share of criteria the final draft passed, below 1."""
-    if _field(prediction, "success"):
+    if field_of(prediction, "success"):
         return 1.0, "The critic approved the draft."
-    verdict = _field(_field(prediction, "best_attempt") or {}, "verdict")
-    met = [name for name in CRITERIA if _field(verdict, f"{name}_passed") is True]
+    verdict = field_of(field_of(prediction, "best_attempt") or {}, "verdict")
+    met = [name for name in CRITERIA if field_of(verdict, f"{name}_passed") is True]
     missed = [name for name in CRITERIA if name not in met]
-    feedback = str(_field(verdict, "feedback") or "").strip()
+    feedback = str(field_of(verdict, "feedback") or "").strip()
     text = f"The critic did not approve; criteria failed: {', '.join(missed) or 'none named'}."
     return PARTIAL_CEILING * len(met) / len(CRITERIA), f"{text} {feedback}".strip()
 
 
 def _score_execute_validate(prediction: Any) -> tuple[float, str]:
     """The share of tests passed by the final attempt; 1.0 only when its validation passed."""
-    best = _field(prediction, "best_attempt") or {}
-    validation = _field(best, "validation")
+    best = field_of(prediction, "best_attempt") or {}
+    validation = field_of(best, "validation")
     if validation is None:
         return 0.0, "No attempt was validated."
     if not isinstance(validation, ValidationResult):
@@ -106,7 +100,7 @@ def _score_execute_validate(prediction: Any) -> tuple[float, str]:
         return 1.0, "All tests pass."
     from loops.python_code import failure_digest  # Python-specific: the digest the loop itself gives the executor
 
-    code = _field(_field(best, "result"), "content") or ""
+    code = field_of(field_of(best, "result"), "content") or ""
     counted, failed = validation.passed, validation.failed
     if counted is None:  # a plain shell validator: the counts are in pytest's summary line, if it ran pytest
         counted, failed = parse_pytest_counts(validation.stdout)
@@ -117,10 +111,10 @@ def _score_execute_validate(prediction: Any) -> tuple[float, str]:
 
 def _score_director(prediction: Any) -> tuple[float, str]:
     """1.0 when the evaluator passed the final result, else 0."""
-    feedback = _field(_field(prediction, "best_attempt") or {}, "feedback")
-    if bool(_field(prediction, "success")) or (feedback is not None and passed(feedback)):
+    feedback = field_of(field_of(prediction, "best_attempt") or {}, "feedback")
+    if bool(field_of(prediction, "success")) or (feedback is not None and passed(feedback)):
         return 1.0, "The evaluator passed the result."
-    details = _field(feedback, "feedback") if isinstance(feedback, Mapping) else feedback
+    details = field_of(feedback, "feedback") if isinstance(feedback, Mapping) else feedback
     return 0.0, f"The evaluator did not pass the result: {details if details is not None else 'no evaluation'}"
 
 
@@ -140,7 +134,7 @@ def fewer_calls(metric: Callable[..., Any], weight: float = 0.1, calls_for_nothi
         raise ValueError(f"calls_for_nothing must be an int >= 1, got {calls_for_nothing!r}")
 
     def cost(prediction: Any) -> float:
-        calls = _field(prediction, "lm_calls") or 0
+        calls = field_of(prediction, "lm_calls") or 0
         return weight * min(calls, calls_for_nothing) / calls_for_nothing
 
     def cheaper(example: Any, prediction: Any, trace: Any = None, pred_name: str | None = None,
@@ -149,7 +143,7 @@ def fewer_calls(metric: Callable[..., Any], weight: float = 0.1, calls_for_nothi
             value = metric(example, prediction, trace)
             return value if trace is not None else max(0.0, float(value) - cost(prediction))
         value = metric(example, prediction, trace, pred_name, pred_trace)
-        calls = _field(prediction, "lm_calls") or 0
+        calls = field_of(prediction, "lm_calls") or 0
         return dspy.Prediction(score=max(0.0, float(value.score) - cost(prediction)),
                                feedback=f"{value.feedback}\nLM calls: {calls}")
 
