@@ -6,6 +6,10 @@ the adapter's schema, and generation is capped and repeat-penalised so it cannot
 
 It plugs into DSPy through the engine interface (`dspy.LM(..., engine=..., async_engine=...)`),
 which never touches LiteLLM.
+
+`resolve` is the one spelling of "which LM" for every other model too: a LiteLLM model string, or a
+model behind an OpenAI-compatible server (`api_base`: llama.cpp, vLLM, ...; `ServerLM`), with the
+request settings and the adapter each kind of model needs (`adapter_for`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import atexit
 import concurrent.futures
 import importlib
 import importlib.util
+import logging
 import os
 import pathlib
 import threading
@@ -25,11 +30,13 @@ from dataclasses import dataclass
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy
+import pydantic
 from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, Usage, response_to_events
+from dspy.utils import exceptions as dspy_errors
 
 from loops.adapters import CompactJSONAdapter
 from loops.errors import ConfigurationError, MissingDependencyError
-from loops.runtime import DeadlinePassed, deadline
+from loops.runtime import DeadlinePassed, current_run, deadline
 
 MODEL = "local/smollm2-135m-instruct"
 CONTEXT_TOKENS = 8192  # SmolLM2's trained context: room for multi-turn loop histories
@@ -266,12 +273,23 @@ def is_embedded(lm: object) -> bool:
 
 
 _EMBEDDED_ADAPTER = CompactJSONAdapter()
+# The adapters `resolve(adapter=...)` and the CLI's --adapter name; one instance each, as adapters keep no
+# per-call state.
+ADAPTERS: dict[str, dspy.Adapter] = {"chat": dspy.ChatAdapter(), "json": dspy.JSONAdapter(),
+                                     "compact": _EMBEDDED_ADAPTER}
+# The attribute of an LM naming the adapter chosen for it: the choice travels wherever the LM goes (per-role
+# LMs, copies, optimizers' deep copies) with no dspy.context around every call.
+ADAPTER_ATTRIBUTE = "loops_adapter"
 
 
 def adapter_for(lm: object) -> dspy.Adapter | None:
-    """The adapter an LM needs when the context sets none: the embedded model answers in shape only
-    through grammar-constrained JSON, without placeholders to copy (`CompactJSONAdapter`); any other
-    model gets DSPy's default. The one rule the runtime, the CLI and the benchmarks follow."""
+    """The adapter an LM needs when the context sets none: the one chosen for it (`resolve(adapter=...)`,
+    `--adapter`); else, for the embedded model, grammar-constrained JSON without placeholders to copy
+    (`CompactJSONAdapter`), the only way it answers in shape; any other model gets DSPy's default. The
+    one rule the runtime, the CLI and the benchmarks follow."""
+    chosen = getattr(lm, ADAPTER_ATTRIBUTE, None)
+    if chosen is not None:
+        return ADAPTERS[chosen]
     return _EMBEDDED_ADAPTER if is_embedded(lm) else None
 
 
@@ -345,18 +363,54 @@ def local_lm(
     )
 
 
-def resolve(model: str | dspy.BaseLM | None) -> dspy.BaseLM:
+# A finite default for every model but the embedded one: one answer from a slow server cannot run for minutes.
+REMOTE_MAX_TOKENS = 1024
+_REASONING_MAX_TOKENS = 16000  # the least DSPy accepts for OpenAI's reasoning models (gpt-5, o3, ...)
+# The key sent with `api_base` when no `api_key_env` names one: a server of one's own needs none, LiteLLM insists
+# on some key, and the provider's own variable (OPENAI_API_KEY) must not travel to an address it was not issued for.
+_NO_KEY = "no-key"
+_log = logging.getLogger(__name__)
+
+
+def resolve(
+    model: str | dspy.BaseLM | None,
+    *,
+    api_base: str | None = None,
+    api_key_env: str | None = None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    adapter: str | None = None,
+) -> dspy.BaseLM:
     """One spelling for "which LM" across loops: None/"local" is the embedded model, an LM is used as
     it is, and a string is a LiteLLM model string, checked now so that an unknown provider fails
     before any LM call.
 
+    `api_base` is the address of an OpenAI-compatible server (llama.cpp, vLLM, ...) that serves the
+    string's model (`openai/<name>`; see `ServerLM`); `api_key_env` names the environment variable
+    holding its key, read now. `max_tokens` (per request) and `temperature` default per kind of model:
+    the embedded model's own (512, 0.0); else `REMOTE_MAX_TOKENS` and the model's own temperature.
+    `adapter` ('chat', 'json' or 'compact', see `ADAPTERS`) travels with the LM: every role on it uses
+    that adapter unless the context or the role sets another (`adapter_for`). A given LM is copied
+    before settings are applied to it. Every mistake is a `ConfigurationError`, raised before any call.
+
     A string's LM gets `num_retries=0`: the loop's `RetryPolicy` retries transient errors itself,
     within the run's budget, and DSPy's own retries underneath would multiply every request unseen.
     """
-    if model is None or model == "local":
-        return local_lm()
-    if isinstance(model, dspy.BaseLM):
-        return model
+    _check_request_settings(max_tokens, temperature, adapter)
+    settings = {name: value for name, value in (("max_tokens", max_tokens), ("temperature", temperature))
+                if value is not None}
+    if model is None or model == "local" or isinstance(model, dspy.BaseLM):
+        if api_base is not None or api_key_env is not None:
+            what = "the embedded model runs in this process" if not isinstance(model, dspy.BaseLM) else (
+                "an LM object brings its own connection")
+            raise ConfigurationError(
+                f"api_base/api_key_env (--api-base/--api-key-env) need a model string, and {what}; give the "
+                "server's model as a string such as 'openai/<name>'")
+        if isinstance(model, dspy.BaseLM):
+            lm = model.copy(**settings) if settings or adapter is not None else model
+        else:
+            lm = local_lm(**settings)
+        return _with_adapter(lm, adapter)
     if not isinstance(model, str):
         raise ConfigurationError(
             f"model must be None, 'local', a model string or a dspy.LM, not {type(model).__name__}")
@@ -375,7 +429,174 @@ def resolve(model: str | dspy.BaseLM | None) -> dspy.BaseLM:
                 litellm.get_llm_provider(model)
         except litellm.exceptions.BadRequestError:
             raise ConfigurationError(f"unknown model {model!r}: LiteLLM knows no provider for it; {fix}") from None
+    settings.setdefault("max_tokens", _default_max_tokens(model))
+    api_key = _api_key(api_key_env)
+    if api_key is not None:
+        settings["api_key"] = api_key
     try:
-        return dspy.LM(model, num_retries=0)
-    except ValueError as exc:
+        if api_base is None:
+            lm = dspy.LM(model, num_retries=0, **settings)
+        else:
+            settings.setdefault("api_key", _NO_KEY)
+            lm = ServerLM(model, api_base=_checked_api_base(api_base), num_retries=0, engine="litellm", **settings)
+    except (ValueError, dspy_errors.LMConfigurationError) as exc:
         raise ConfigurationError(f"model {model!r} is not usable: {exc}; {fix}") from exc
+    return _with_adapter(lm, adapter)
+
+
+def _check_request_settings(max_tokens: object, temperature: object, adapter: object) -> None:
+    if adapter is not None and (not isinstance(adapter, str) or adapter not in ADAPTERS):
+        raise ConfigurationError(
+            f"unknown adapter {adapter!r} (--adapter): use one of {', '.join(map(repr, ADAPTERS))}, or set an "
+            "adapter object with dspy.context(adapter=...)")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ConfigurationError(
+            f"max_tokens (--max-tokens) must be a positive whole number of tokens per answer, got {max_tokens!r}")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, int | float)
+                                    or not 0 <= temperature <= 2):
+        raise ConfigurationError(f"temperature (--temperature) must be a number from 0 to 2, got {temperature!r}")
+
+
+def _default_max_tokens(model: str) -> int:
+    from dspy.clients.lm import _is_openai_reasoning_model  # DSPy's own test for the models it holds to 16000
+
+    return _REASONING_MAX_TOKENS if _is_openai_reasoning_model(model) else REMOTE_MAX_TOKENS
+
+
+def _api_key(variable: str | None) -> str | None:
+    """The key in the environment variable `variable`, read now so that a missing one fails before any call."""
+    if variable is None:
+        return None
+    if not isinstance(variable, str) or not variable.strip():
+        raise ConfigurationError(
+            f"api_key_env (--api-key-env) is the name of an environment variable holding the key, got {variable!r}")
+    value = os.environ.get(variable)
+    if not value:
+        state = "is empty" if value == "" else "is not set"
+        raise ConfigurationError(f"the environment variable {variable} named by --api-key-env {state}: export "
+                                 f"{variable}=<the API key> first, or name the variable that holds the key")
+    return value
+
+
+def _checked_api_base(url: object) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigurationError(f"api_base (--api-base) must be an http(s) address such as "
+                                 f"http://127.0.0.1:8080/v1, got {url!r}")
+    return url.rstrip("/")
+
+
+def _with_adapter(lm: dspy.BaseLM, adapter: str | None) -> dspy.BaseLM:
+    if adapter is not None:
+        setattr(lm, ADAPTER_ATTRIBUTE, adapter)
+    return lm
+
+
+# How each server (by address) takes a JSON schema as response_format, learnt from its refusals: OpenAI's
+# spelling, which vLLM, llama.cpp's llama-server and OpenAI take; llama-cpp-python's server's own (json_object
+# with a schema, the same grammar the embedded model decodes with); or none, the answer parsed as it comes.
+_SCHEMA_SPELLINGS = ("json_schema", "json_object", "none")
+_schema_spelling: dict[str, str] = {}
+_warned_servers: set[str] = set()
+
+
+class ServerLM(dspy.LM):
+    """A model served by an OpenAI-compatible server at `api_base` (llama.cpp, vLLM, SGLang, LM Studio, ...);
+    `resolve(model, api_base=...)` builds it.
+
+    Two things differ from a hosted model. Such servers know the classic request fields (`max_tokens`;
+    llama-cpp-python's server ignores OpenAI's newer `max_completion_tokens`, which DSPy's native route
+    sends, and generates up to its whole context), so requests take LiteLLM's OpenAI-compatible route.
+    And DSPy knows nothing of a server's model, so it would send JSONAdapter's output schema to none; these
+    servers constrain decoding to a schema, which is what makes a small model answer in shape, so this LM
+    says it takes one. Where a server refuses the schema, the request is sent again in the next spelling
+    (`_SCHEMA_SPELLINGS`), remembered per server; where it takes none, the run's warnings say so once.
+    """
+
+    @property
+    def supports_response_schema(self) -> bool:
+        return True
+
+    @property
+    def supported_params(self) -> set[str]:
+        return super().supported_params | {"response_format"}
+
+    @property
+    def server(self) -> str:
+        return self.kwargs["api_base"]
+
+    def __call__(self, prompt=None, *, messages=None, **kwargs):
+        while True:
+            request = self._in_server_spelling(kwargs)
+            try:
+                return super().__call__(prompt, messages=messages, **request)
+            except dspy_errors.LMError as error:
+                if not self._learn_refusal(error, request):
+                    raise
+
+    async def acall(self, prompt=None, *, messages=None, **kwargs):
+        while True:
+            request = self._in_server_spelling(kwargs)
+            try:
+                return await super().acall(prompt, messages=messages, **request)
+            except dspy_errors.LMError as error:
+                if not self._learn_refusal(error, request):
+                    raise
+
+    def _in_server_spelling(self, kwargs: dict) -> dict:
+        asked = kwargs.get("response_format")
+        if _format_kind(asked) is None:
+            return kwargs
+        spelling = _schema_spelling.get(self.server, "json_schema")
+        if spelling == "none":
+            self._say_once(f"the server at {self.server} takes no JSON schema as response_format, so "
+                           f"{self.model}'s answers are parsed unconstrained (a small model then often answers "
+                           "out of shape)")
+            return {name: value for name, value in kwargs.items() if name != "response_format"}
+        if spelling == "json_object" and _format_kind(asked) == "json_schema":
+            return {**kwargs, "response_format": {"type": "json_object", "schema": _schema_of(asked)}}
+        return kwargs
+
+    def _learn_refusal(self, error: Exception, request: dict) -> bool:
+        """Whether `error` is the server refusing the request's response_format; if so, the next spelling
+        is the server's from now on, and the request is worth sending again in it."""
+        refused = _format_kind(request.get("response_format"))
+        text = str(error).lower()
+        if refused is None or not any(word in text for word in ("response_format", "json_schema")):
+            return False
+        following = "json_object" if refused == "json_schema" else "none"
+        current = _schema_spelling.get(self.server, "json_schema")
+        if _SCHEMA_SPELLINGS.index(following) > _SCHEMA_SPELLINGS.index(current):
+            _log.info("%s refused response_format of type %s; next: %s", self.server, refused, following)
+            _schema_spelling[self.server] = following
+        return True
+
+    def _say_once(self, message: str) -> None:
+        run = current_run()
+        if run is not None:
+            if message not in run.warnings:
+                run.warn(message)
+        elif self.server not in _warned_servers:
+            _warned_servers.add(self.server)
+            _log.warning(message)
+
+
+def _schema_of(response_format: object) -> dict | None:
+    """The JSON schema a response_format asks for: JSONAdapter passes a pydantic model (LiteLLM sends it as
+    OpenAI's json_schema), a caller may pass OpenAI's dict."""
+    if isinstance(response_format, type) and issubclass(response_format, pydantic.BaseModel):
+        return response_format.model_json_schema()
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        return (response_format.get("json_schema") or {}).get("schema")
+    return None
+
+
+def _format_kind(response_format: object) -> str | None:
+    """'json_schema' or 'json_object' for a response_format asking for JSON, else None."""
+    if _schema_of(response_format) is not None:
+        return "json_schema"
+    if isinstance(response_format, dict) and response_format.get("type") == "json_object":
+        return "json_object"
+    return None

@@ -1,0 +1,356 @@
+"""Remote models as first-class models: `loops.lm.resolve`'s request settings and adapters per kind of
+model, their mistakes, the CLI's options, and what reaches an OpenAI-compatible server (a loopback
+recorder; no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import logging
+import re
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+
+import dspy
+import pytest
+from typer.testing import CliRunner
+
+import loops.lm
+from loops import CreatorCriticIterator
+from loops.adapters import CompactJSONAdapter
+from loops.cli import app
+from loops.errors import ConfigurationError
+from loops.lm import MODEL, REMOTE_MAX_TOKENS, ServerLM, adapter_for, resolve
+from tests.loops.fake_openai import hosted
+from tests.scripted import scripted_lm
+
+# What llama-cpp-python's server answers to a response_format it does not take (its HTTP status is 500).
+LLAMA_CPP_REFUSAL = ("1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+                     "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}")
+
+
+class RecordingServer(http.server.ThreadingHTTPServer):
+    """An OpenAI-compatible chat server on loopback that records every request (`bodies`, `headers`) and
+    answers with a JSON object holding the keys the request asks for; it refuses the response_format
+    types in `refuse`, as llama-cpp-python's server refuses json_schema."""
+
+    refuse: frozenset[str] = frozenset()
+    failure: str | None = None  # answer every request with this error instead
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _RecordingHandler)
+        self.bodies: list[dict] = []
+        self.headers: list[dict] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    @property
+    def formats(self) -> list[str | None]:
+        """The response_format type of each request received, None where it had none."""
+        return [(body.get("response_format") or {}).get("type") for body in self.bodies]
+
+
+def _answer(body: dict) -> str:
+    """A JSON object with the keys the request asks for: from its schema, else from the adapter's words."""
+    response_format = body.get("response_format") or {}
+    schema = (response_format.get("json_schema") or {}).get("schema") or response_format.get("schema")
+    if schema:
+        kinds = {key: field.get("type") for key, field in schema["properties"].items()}
+    else:
+        request = body["messages"][-1]["content"]
+        keys = re.findall(r"`(\w+)`", request[request.rfind("Respond with a JSON object"):])
+        kinds = {key: "boolean" if key == "approved" or key.endswith("_passed") else "string" for key in keys}
+    return json.dumps({key: True if kind == "boolean" else f"a {key}" for key, kind in kinds.items()})
+
+
+class _RecordingHandler(http.server.BaseHTTPRequestHandler):
+    server: RecordingServer
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        self.server.bodies.append(body)
+        self.server.headers.append(dict(self.headers))
+        refused = (body.get("response_format") or {}).get("type") in self.server.refuse
+        if refused or self.server.failure:
+            message = self.server.failure or LLAMA_CPP_REFUSAL
+            status, answer = 500, {"error": {"message": message, "type": "internal_server_error"}}
+        else:
+            content = _answer(body)
+            status, answer = 200, {
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[RecordingServer]:
+    recording = RecordingServer()
+    threading.Thread(target=recording.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield recording
+    finally:
+        recording.shutdown()
+        recording.server_close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_server_knowledge(monkeypatch):
+    """What `ServerLM` learnt of a server is kept per address; a later test's server may get the same port."""
+    monkeypatch.setattr(loops.lm, "_schema_spelling", {})
+    monkeypatch.setattr(loops.lm, "_warned_servers", set())
+
+
+@pytest.fixture
+def no_connections(monkeypatch):
+    opened = []
+    monkeypatch.setattr(socket.socket, "connect", lambda sock, address: opened.append(address))
+    return opened
+
+
+class CityQuestion(dspy.Signature):
+    """Answer the question."""
+
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField()
+    is_city: bool = dspy.OutputField()
+
+
+# --- resolve(): settings and adapters per kind of model ------------------------------------------
+
+
+def test_a_model_string_gets_a_finite_max_tokens_and_the_models_own_temperature(no_connections):
+    hosted_lm = resolve("openai/gpt-4o-mini")
+    assert type(hosted_lm) is dspy.LM and hosted_lm.num_retries == 0
+    assert hosted_lm.kwargs["max_tokens"] == REMOTE_MAX_TOKENS == 1024
+    assert hosted_lm.kwargs.get("temperature") is None and "api_key" not in hosted_lm.kwargs
+    assert resolve("openai/gpt-5").kwargs["max_completion_tokens"] >= 16000, "DSPy refuses less for reasoning models"
+    assert no_connections == []
+
+
+def test_the_embedded_model_keeps_its_own_defaults_unless_told():
+    assert resolve("local").kwargs["max_tokens"] == 512 and resolve("local").kwargs["temperature"] == 0.0
+    told = resolve("local", max_tokens=64, temperature=0.5)
+    assert (told.model, told.kwargs["max_tokens"], told.kwargs["temperature"]) == (MODEL, 64, 0.5)
+
+
+def test_settings_and_a_key_reach_the_lm(monkeypatch):
+    monkeypatch.setenv("LOOPS_TEST_KEY", "sk-from-the-named-variable")
+    lm = resolve("openai/gpt-4o-mini", max_tokens=77, temperature=0.3, api_key_env="LOOPS_TEST_KEY")
+    assert (lm.kwargs["max_tokens"], lm.kwargs["temperature"]) == (77, 0.3)
+    assert lm.kwargs["api_key"] == "sk-from-the-named-variable"
+
+
+def test_a_served_model_is_a_server_lm_that_takes_a_json_schema(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-meant-for-openai-only")
+    lm = resolve("openai/smollm2", api_base="http://127.0.0.1:8080/v1/")
+    assert isinstance(lm, ServerLM) and lm.model == "openai/smollm2" and lm.num_retries == 0
+    assert lm.kwargs["api_base"] == "http://127.0.0.1:8080/v1" and lm.engine == "litellm"
+    assert lm.kwargs["api_key"] != "sk-meant-for-openai-only", "the provider's key never goes to another address"
+    assert lm.supports_response_schema and "response_format" in lm.supported_params
+    assert lm.kwargs["max_tokens"] == REMOTE_MAX_TOKENS
+
+
+@pytest.mark.parametrize(("model", "adapter", "expected"), [
+    ("local", None, CompactJSONAdapter),
+    ("local", "chat", dspy.ChatAdapter),
+    ("local", "json", dspy.JSONAdapter),
+    ("openai/gpt-4o-mini", None, type(None)),  # DSPy's default (ChatAdapter) applies
+    ("openai/gpt-4o-mini", "json", dspy.JSONAdapter),
+    ("openai/smollm2@server", None, type(None)),
+    ("openai/smollm2@server", "compact", CompactJSONAdapter),
+    ("openai/smollm2@server", "chat", dspy.ChatAdapter),
+])
+def test_the_adapter_travels_with_the_lm(model, adapter, expected):
+    model, _, served = model.partition("@")
+    lm = resolve(model, adapter=adapter, api_base="http://127.0.0.1:8080/v1" if served else None)
+    assert type(adapter_for(lm)) is expected
+    assert type(adapter_for(lm.copy(temperature=0.7))) is expected, "copies (rollouts, optimizers) keep it"
+
+
+def test_an_lm_object_is_copied_before_settings_apply_to_it():
+    mine = scripted_lm([])
+    assert resolve(mine) is mine
+    chosen = resolve(mine, adapter="json", max_tokens=99)
+    assert chosen is not mine and chosen.kwargs["max_tokens"] == 99
+    assert isinstance(adapter_for(chosen), dspy.JSONAdapter)
+    assert adapter_for(mine) is None and mine.kwargs.get("max_tokens") != 99
+
+
+@pytest.mark.parametrize(("model", "options", "parts"), [
+    ("openai/x", {"adapter": "xml"}, ["unknown adapter 'xml' (--adapter): use one of 'chat', 'json', 'compact'"]),
+    ("local", {"adapter": dspy.JSONAdapter()}, ["unknown adapter", "dspy.context(adapter=...)"]),
+    ("openai/x", {"max_tokens": -5}, ["max_tokens (--max-tokens) must be a positive whole number", "got -5"]),
+    ("local", {"max_tokens": 0}, ["got 0"]),
+    ("openai/x", {"max_tokens": 1.5}, ["got 1.5"]),
+    ("openai/x", {"max_tokens": True}, ["got True"]),
+    ("openai/x", {"temperature": 3}, ["temperature (--temperature) must be a number from 0 to 2, got 3"]),
+    ("local", {"temperature": -0.1}, ["got -0.1"]),
+    ("openai/x", {"temperature": float("nan")}, ["got nan"]),
+    ("openai/x", {"api_key_env": "LOOPS_TEST_MISSING_KEY"},
+     ["the environment variable LOOPS_TEST_MISSING_KEY named by --api-key-env is not set",
+      "export LOOPS_TEST_MISSING_KEY=<the API key> first"]),
+    ("openai/x", {"api_key_env": "LOOPS_TEST_EMPTY_KEY"}, ["LOOPS_TEST_EMPTY_KEY named by --api-key-env is empty"]),
+    ("openai/x", {"api_key_env": ""}, ["the name of an environment variable holding the key, got ''"]),
+    ("openai/x", {"api_base": "127.0.0.1:8080/v1"},
+     ["api_base (--api-base) must be an http(s) address such as http://127.0.0.1:8080/v1, got '127.0.0.1:8080/v1'"]),
+    ("local", {"api_base": "http://127.0.0.1:8080/v1"},
+     ["need a model string", "the embedded model runs in this process", "'openai/<name>'"]),
+    ("local", {"api_key_env": "HOME"}, ["need a model string"]),
+    ("nonexistent", {"api_base": "http://127.0.0.1:8080/v1"}, ["unknown model 'nonexistent'"]),
+])
+def test_mistakes_are_configuration_errors_before_any_request(monkeypatch, no_connections, model, options, parts):
+    monkeypatch.delenv("LOOPS_TEST_MISSING_KEY", raising=False)
+    monkeypatch.setenv("LOOPS_TEST_EMPTY_KEY", "")
+    with pytest.raises(ConfigurationError) as raised:
+        resolve(model, **options)
+    for part in parts:
+        assert part in str(raised.value)
+    assert no_connections == []
+
+
+def test_an_lm_object_brings_its_own_connection():
+    with pytest.raises(ConfigurationError, match="an LM object brings its own connection"):
+        resolve(scripted_lm([]), api_base="http://127.0.0.1:8080/v1")
+
+
+# --- the CLI's options ------------------------------------------------------------------------------
+
+CHECK = f"{sys.executable} -c pass"
+COMMANDS = {
+    "refine": ["refine", "x"],
+    "fix": ["fix", "x", "-t", CHECK],
+    "direct": ["direct", "x"],
+    "run": ["run", "examples/creator_critic.sexp"],
+    "repl": ["repl"],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize(("options", "part"), [
+    (["--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1", "--api-key-env", "LOOPS_TEST_MISSING_KEY"],
+     "error: the environment variable LOOPS_TEST_MISSING_KEY named by --api-key-env is not set"),
+    (["--adapter", "xml"], "'xml' is not one of 'chat', 'json', 'compact'"),
+    (["--max-tokens", "-5"], "error: max_tokens (--max-tokens) must be a positive whole number of tokens per answer"),
+    (["--temperature", "3"], "error: temperature (--temperature) must be a number from 0 to 2, got 3.0"),
+    (["--api-base", "http://127.0.0.1:9/v1"], "need a model string"),
+])
+def test_cli_mistakes_exit_2_with_one_line_before_any_lm_call(monkeypatch, no_connections, tmp_path, command,
+                                                               options, part):
+    monkeypatch.delenv("LOOPS_TEST_MISSING_KEY", raising=False)
+    args = [*COMMANDS[command], *options] + (["--workspace", str(tmp_path)] if command == "fix" else [])
+
+    outcome = CliRunner().invoke(app, args)
+
+    assert outcome.exit_code == 2, outcome.output
+    assert outcome.stdout == "" and len(outcome.stderr.splitlines()) == 1, outcome.output
+    assert part in outcome.stderr
+    assert no_connections == []
+
+
+def test_cli_help_shows_the_model_options():
+    text = " ".join(CliRunner().invoke(app, ["refine", "--help"]).output.split())
+    for option in ("--api-base", "--api-key-env", "--max-tokens", "--temperature", "--adapter"):
+        assert option in text
+
+
+# --- what reaches an OpenAI-compatible server ----------------------------------------------------
+
+
+@hosted
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("adapter", ["json", "compact"])
+async def test_requests_carry_max_tokens_temperature_and_the_output_schema(server, asynchronous, adapter):
+    lm = resolve("openai/smollm2", api_base=server.base_url, max_tokens=77, temperature=0.2, adapter=adapter)
+    predict = dspy.Predict(CityQuestion)
+    with dspy.context(lm=lm, adapter=adapter_for(lm)):
+        prediction = await predict.acall(question="Capital?") if asynchronous else predict(question="Capital?")
+
+    assert (prediction.answer, prediction.is_city) == ("a answer", True)
+    body = server.bodies[0]
+    assert (body["model"], body["max_tokens"], body["temperature"]) == ("smollm2", 77, 0.2)
+    assert body["response_format"]["type"] == "json_schema"
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert set(schema["properties"]) == {"answer", "is_city"} and schema["properties"]["is_city"]["type"] == "boolean"
+
+
+@hosted
+def test_the_default_request_is_capped_and_carries_only_the_named_key(server, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-meant-for-openai-only")
+    resolve("openai/smollm2", api_base=server.base_url)("Hi")
+    monkeypatch.setenv("LOOPS_TEST_KEY", "sk-for-this-server")
+    resolve("openai/smollm2", api_base=server.base_url, api_key_env="LOOPS_TEST_KEY")("Hello")
+
+    first, second = server.bodies
+    assert first["max_tokens"] == REMOTE_MAX_TOKENS and "temperature" not in first
+    assert "response_format" not in first and "max_completion_tokens" not in first
+    assert "sk-meant-for-openai-only" not in json.dumps(server.headers)
+    assert server.headers[1]["Authorization"] == "Bearer sk-for-this-server"
+
+
+@hosted
+def test_a_server_that_refuses_json_schema_gets_the_schema_as_json_object_from_then_on(server, caplog):
+    server.refuse = frozenset({"json_schema"})  # llama-cpp-python's server
+    lm = resolve("openai/smollm2", api_base=server.base_url, adapter="json")
+    predict = dspy.Predict(CityQuestion)
+    with caplog.at_level(logging.WARNING, logger="loops.lm"), dspy.context(lm=lm, adapter=adapter_for(lm)):
+        assert predict(question="Capital?").answer == "a answer"
+        assert asyncio.run(predict.acall(question="Another?")).answer == "a answer"
+
+    assert server.formats == ["json_schema", "json_object", "json_object"], "learnt once, per server"
+    assert set(server.bodies[1]["response_format"]["schema"]["properties"]) == {"answer", "is_city"}
+    assert caplog.records == [], "the answer is still held to the schema: nothing to warn about"
+
+
+@hosted
+def test_a_server_that_takes_no_schema_is_asked_without_one_and_the_run_says_so_once(server):
+    server.refuse = frozenset({"json_schema", "json_object"})
+    lm = resolve("openai/smollm2", api_base=server.base_url, adapter="compact")
+    with dspy.context(lm=lm):
+        result = CreatorCriticIterator(max_iterations=1)(requirements="A haiku about rain")
+
+    assert result.success and result.trace[0].attempts == 1, "the refusals are no failed attempts of the role"
+    assert server.formats == ["json_schema", "json_object", None, None], "creator: 3 requests; critic: 1"
+    said = [warning for warning in result.warnings if "takes no JSON schema" in warning]
+    assert said == [f"the server at {server.base_url} takes no JSON schema as response_format, so openai/smollm2's "
+                    "answers are parsed unconstrained (a small model then often answers out of shape)"]
+
+
+@hosted
+def test_a_failure_that_is_no_refusal_of_the_format_is_raised_after_one_request(server):
+    server.failure = "the server is overloaded"
+    lm = resolve("openai/smollm2", api_base=server.base_url, adapter="json")
+    predict = dspy.Predict(CityQuestion)
+    with pytest.raises(dspy.utils.exceptions.LMServerError, match="overloaded"), dspy.context(
+            lm=lm, adapter=adapter_for(lm)):
+        predict(question="Capital?")
+    assert server.formats == ["json_schema"], "the loop's RetryPolicy decides about retries, not the LM"
+
+
+@hosted
+def test_cli_adapter_json_makes_every_role_send_the_schema(server, monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-meant-for-openai-only")
+    outcome = CliRunner().invoke(app, ["refine", "A haiku about rain", "--model", "openai/smollm2", "--api-base",
+                                       server.base_url, "--adapter", "json", "--max-tokens", "300", "--temperature",
+                                       "0", "--max-iterations", "1", "--trace", str(tmp_path / "trace.jsonl")])
+
+    assert outcome.exit_code == 0, outcome.output
+    assert server.formats == ["json_schema", "json_schema"], "creator and critic"
+    assert all((body["max_tokens"], body["temperature"]) == (300, 0.0) for body in server.bodies)
+    roles = [json.loads(line)["role"] for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    assert roles == ["creator", "critic"]
+    assert "sk-meant-for-openai-only" not in json.dumps(server.headers)
