@@ -243,11 +243,11 @@ class ExecuteValidateController(LoopModule):
             while run.next_iteration():
                 iteration = run.iteration
                 fresh = [iteration > 1 and (policy == "fresh" or (policy == "auto" and again)) for again in repeated]
-                best: tuple[Any, Any, Any] | None = None  # (score, result, validation)
+                best: tuple[Any, Any, Any, Any] | None = None  # (score, result, validation, prediction)
                 written = None
                 for chain in range(samples):
-                    result = yield from self._execute(run, workspace, current, iteration, chain, samples,
-                                                      fresh[chain])
+                    result, prediction = yield from self._execute(run, workspace, current, iteration, chain,
+                                                                  samples, fresh[chain])
                     code = _code_of(result) if self._builtin_executor else None
                     repeated[chain] = code is not None and code in tried
                     if repeated[chain]:
@@ -267,10 +267,12 @@ class ExecuteValidateController(LoopModule):
                         run.keep(attempt_score(validation),
                                  best_attempt={"iteration": iteration, "result": result, "validation": validation})
                     if best is None or attempt_score(validation) > best[0]:
-                        best = (attempt_score(validation), result, validation)
+                        best = (attempt_score(validation), result, validation, prediction)
                     if passed(validation):
                         break
-                _, result, validation = best
+                _, result, validation, prediction = best
+                if prediction is not None:  # an optimizer's demo of the executor: the kept code, as tested
+                    run.credit(prediction, code=_code_of(result))
                 if written is not None and result is not written:
                     workspace.write(files_of(result, required=self.validator is None))  # the files of the best
                 run.update(final=result, success=passed(validation))
@@ -297,8 +299,9 @@ class ExecuteValidateController(LoopModule):
 
     def _execute(self, run: Run, workspace: Workspace, current: Any, iteration: int, chain: int, samples: int,
                  fresh: bool) -> Program:
+        """One candidate: the executor's result, and the prediction it came from (None for a custom phase)."""
         if not self._builtin_executor:
-            return (yield from run.call_phase("executor", current_input=current, iteration=iteration))
+            return (yield from run.call_phase("executor", current_input=current, iteration=iteration)), None
         request = CodeRequest.of(current)
         role = "executor" if chain == 0 else f"executor.{chain + 1}"
         config = None
@@ -320,7 +323,7 @@ class ExecuteValidateController(LoopModule):
         code, aliases = align_names(extract_code(prediction.code or ""), request.expected_names)
         status = "COMPLETE" if code.strip() else "FAILED"
         notes = {"notes": prediction.notes, **({"aliases": aliases} if aliases else {})}
-        return TaskResult(status=status, content=code, files={target: code}, notes=notes)
+        return TaskResult(status=status, content=code, files={target: code}, notes=notes), prediction
 
     def _decide(self, run: Run, result: Any, validation: Any, current: Any, test_command: str,
                 iteration: int, ask_analyst: bool) -> Program:

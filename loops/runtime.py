@@ -34,6 +34,7 @@ from dspy.utils.usage_tracker import UsageTracker
 from loops import checkpoint
 from loops.budget import Budget, RetryPolicy
 from loops.contracts import PhaseContract
+from loops.demos import curate_trace, demos_without_history
 from loops.errors import ConfigurationError, LimitReached, LoopsError, RoleFailed, RunError
 
 StopReason = Literal["approved", "stopped", "completed", "no_progress", "max_iterations", "timeout", "context_limit",
@@ -122,6 +123,36 @@ class Step:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (values JSON cannot hold are rendered as text)."""
         return json.loads(json.dumps(asdict(self), default=_jsonable))
+
+    def __repr__(self) -> str:
+        # One short line: a trace holds dozens of steps, and their inputs hold whole histories of drafts.
+        from loops.notebook import step_outcome  # display helpers live with the notebook ones
+
+        tokens = f", tokens={self.tokens['input']}/{self.tokens['output']}" if self.tokens else ""
+        return (f"Step({self.role!r}, iteration={self.iteration}, {self.seconds:.1f}s{tokens}, "
+                f"{step_outcome(self)!r})")
+
+    def _repr_html_(self) -> str:
+        from loops.notebook import step_html
+
+        return step_html(self)
+
+
+class LoopResult(dspy.Prediction):
+    """What every loop returns: a `dspy.Prediction` with `RESULT_FIELDS`, `tokens`, `cost_usd` and the
+    pattern's aliases, which shows itself briefly. Its repr is a few lines (the trace and histories are
+    counted, not dumped); in Jupyter it is a summary, the trace as a table and each role's history
+    folded (`loops.notebook`). It equals a plain `dspy.Prediction` with the same fields."""
+
+    def __repr__(self) -> str:
+        from loops.notebook import result_text
+
+        return result_text(self)
+
+    def _repr_html_(self) -> str:
+        from loops.notebook import result_html
+
+        return result_html(self)
 
 
 def _jsonable(value: Any) -> Any:
@@ -359,6 +390,8 @@ class Run:
         self._unpriced_warned: set[str] = set()
         self._context_warned = False
         self._observers = _observers.get()
+        self._predictions: list[Any] = []  # what this run's LLM role calls returned, for `demos.curate_trace`
+        self._credited: list[Any] = []
 
     # What patterns call -------------------------------------------------------------------------
 
@@ -389,8 +422,11 @@ class Run:
                 kwargs["config"] = dict(config)
             if adapter is None and dspy.settings.adapter is None:
                 adapter = _default_adapter(lm)
+            if history_field is not None and inner.demos:
+                adapter = demos_without_history(adapter or dspy.settings.adapter or dspy.ChatAdapter())
             result = yield from self._call(role, target, (), kwargs, inputs, adapter, llm=True)
             self.trace[-1].outputs = dict(result.items())
+            self._predictions.append(result)
         turn = None
         if history_field is not None:
             turn = {**inputs, **result}
@@ -421,6 +457,13 @@ class Run:
         self.trace[-1].outputs = {"result": result}
         self._save(role, arguments, result, None, warnings_at)
         return result
+
+    def credit(self, prediction: Any, **used: Any) -> None:
+        """Mark a role call's prediction as the one the run's result rests on (e.g. the kept one of several
+        samples): an optimizer's demo of that role is this call rather than the role's last
+        (`loops.demos`). `used` are output fields as the loop used them (e.g. the code after cleaning),
+        which the demo shows instead of the raw answer."""
+        self._credited.append((prediction, used))
 
     def forget(self, role: str) -> None:
         """Start `role` over with an empty history (e.g. for a fresh attempt rather than a repair)."""
@@ -456,14 +499,14 @@ class Run:
             return None
         return max(0.0, self.budget.timeout_s - (self.clock() - self.started))
 
-    def finish(self, stop_reason: StopReason, **result: Any) -> dspy.Prediction:
+    def finish(self, stop_reason: StopReason, **result: Any) -> LoopResult:
         """The run's prediction: `result` over the fields set by `update` over the best candidate."""
         if stop_reason == "max_iterations":
             self.warn(f"stopped at max_iterations={self.budget.max_iterations}")
         fields = {"final": None, "success": False, "best_attempt": None, **(self.best or {}), **self.current,
                   **result}
         fields.update({alias: fields[name] for alias, name in self.aliases.items()})
-        return dspy.Prediction(
+        return LoopResult(
             **fields,
             iterations=self.iteration,
             stop_reason=stop_reason,
@@ -504,6 +547,7 @@ class Run:
             prediction = self.finish("error")
         if self.replay is not None:
             self.replay.store.finish(self.replay.run_id, prediction.stop_reason)
+        curate_trace(self._predictions, self._credited)
         if self.strict and (prediction.stop_reason in LIMIT_REASONS or prediction.stop_reason == "error"):
             raised = self.error if isinstance(self.error, RunError) else LimitReached(
                 prediction.stop_reason, prediction.warnings[-1])
