@@ -23,7 +23,8 @@ from loops.errors import (
 )
 from loops.execute_validate import ExecuteValidateController, tests_controller
 from loops.module import LoopModule
-from loops.runtime import STOP_REASONS, Observer, Run, Step, StopReason, current_run, observing
+from loops.runtime import STOP_REASONS, LoopResult, Observer, Run, Step, StopReason, current_run, observing
+from loops.saving import load
 from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
 from loops.validators import CallableValidator, PytestValidator, ShellValidator, Workspace
 
@@ -42,6 +43,7 @@ __all__ = [
     "EXECUTE_VALIDATE",
     "ExecuteValidateController",
     "LimitReached",
+    "LoopResult",
     "LoopModule",
     "LoopsError",
     "MissingDependencyError",
@@ -61,6 +63,7 @@ __all__ = [
     "ValidationResult",
     "Workspace",
     "current_run",
+    "load",
     "observing",
     "tests_controller",
 ]

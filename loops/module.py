@@ -3,6 +3,9 @@ and overridable per call, one result shape."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -32,6 +35,29 @@ class LoopModule(dspy.Module):
 
     contracts: Mapping[str, PhaseContract] = {}
     aliases: Mapping[str, str] = {}
+    _arguments: dict[str, Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Each loop class records the arguments it was built with: a saved program is rebuilt from them."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+        signature = inspect.signature(init)
+        first, *_ = signature.parameters
+        keywords = next((parameter.name for parameter in signature.parameters.values()
+                         if parameter.kind is inspect.Parameter.VAR_KEYWORD), None)
+
+        @functools.wraps(init)
+        def recording_init(self: LoopModule, *args: Any, **options: Any) -> None:
+            if "_arguments" not in vars(self):  # the outermost constructor's arguments, not a base class's
+                arguments = dict(signature.bind(self, *args, **options).arguments)
+                del arguments[first]
+                extra = arguments.pop(keywords, {}) if keywords else {}
+                self._arguments = {**arguments, **extra}
+            init(self, *args, **options)
+
+        cls.__init__ = recording_init
 
     def __init__(
         self,
@@ -93,6 +119,57 @@ class LoopModule(dspy.Module):
             elif role is not None:
                 parts.append((name, getattr(role, "__qualname__", type(role).__qualname__)))
         return f"{type(self).__module__}.{type(self).__qualname__}:{digest(parts)}"
+
+    # Saving and loading (loops.saving) -----------------------------------------------------------------
+
+    def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
+        """DSPy's state (demos, instructions) with the loop's class, the arguments it was built with and
+        each role's LM as a model string, instead of the LM's endpoint settings."""
+        from loops.saving import encode, lm_reference
+
+        state = super().dump_state(json_mode=json_mode)
+        lms = {}
+        for name, predictor in self.named_predictors():
+            if predictor.lm is not None:
+                lms[name] = lm_reference(predictor.lm)
+                state[name]["lm"] = None
+        state["loops"] = {
+            "kind": f"{type(self).__module__}:{type(self).__qualname__}",
+            "arguments": {name: encode(value) for name, value in getattr(self, "_arguments", {}).items()},
+            "budget": dataclasses.asdict(self.budget),
+            "retry": dataclasses.asdict(self.retry),
+            "strict": self.strict,
+            "history_window": None if self.history_window is _UNSET else self.history_window,
+            "history_window_set": self.history_window is not _UNSET,
+            "history_summary": self.history_summary,
+            "lms": lms,
+        }
+        return state
+
+    def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> LoopModule:
+        """DSPy's state, then the saved loop settings (budget, retry policy, strictness, histories) and
+        the roles' LMs (`loops.lm.resolve` of the saved model strings)."""
+        from loops.lm import resolve
+
+        saved = state.get("loops") or {}
+        state = {**state, **{name: {**state[name], "lm": None} for name, _ in self.named_predictors()
+                             if name in saved.get("lms", {}) and name in state}}
+        super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
+        if not saved:
+            return self
+        if f"{type(self).__module__}:{type(self).__qualname__}" != saved.get("kind"):
+            raise ConfigurationError(f"the saved state is a {saved.get('kind')}, not a {type(self).__qualname__}: "
+                                     "load it with loops.load(path)")
+        self.budget = Budget(**saved["budget"])
+        self.retry = RetryPolicy(**saved["retry"])
+        self.strict = saved["strict"]
+        self.history_window = saved["history_window"] if saved["history_window_set"] else _UNSET
+        self.history_summary = saved["history_summary"]
+        predictors = dict(self.named_predictors())
+        for name, model in saved.get("lms", {}).items():
+            if model is not None and name in predictors:
+                predictors[name].lm = resolve(model)
+        return self
 
     def _run(self, limits: dict[str, Any], inputs: dict[str, Any]) -> Run:
         if dspy.settings.lm is None:

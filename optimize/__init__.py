@@ -1,5 +1,6 @@
-"""`loops.optimize`: what DSPy's optimizers need to tune a loop — metrics per pattern (with the text
-feedback GEPA asks for), written on the shared result shape of every loop module and DSL program."""
+"""`loops.optimize`: DSPy's optimizers on loop programs — metrics per pattern (with the text feedback
+GEPA asks for), datasets, and one entry point, `run`, that scores, optimizes, scores again and saves
+the program with a report. What each optimizer sees of a loop is decided in `loops.demos`."""
 
 from loops.optimize.metrics import (
     creator_critic_metric,
@@ -8,5 +9,9 @@ from loops.optimize.metrics import (
     fewer_calls,
     result_metric,
 )
+from loops.optimize.optimizers import OPTIMIZERS
+from loops.optimize.runner import Report, Score, Stage, default_metric, evaluate, run, save
+from loops.saving import load
 
-__all__ = ["creator_critic_metric", "director_metric", "execute_validate_metric", "fewer_calls", "result_metric"]
+__all__ = ["OPTIMIZERS", "Report", "Score", "Stage", "creator_critic_metric", "default_metric", "director_metric",
+           "evaluate", "execute_validate_metric", "fewer_calls", "load", "result_metric", "run", "save"]

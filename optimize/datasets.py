@@ -2,6 +2,11 @@
 tasks a per-example workspace (its tests travel in the input, so examples run in any order, in
 parallel, each in a fresh temporary workspace).
 
+`jsonl(path, inputs)` reads any JSON-lines file of examples (one object per line; `inputs` names the
+keys a program takes); `builtin(name)` returns one of the small sets written for this project
+(`writing` for Creator–Critic, `goals` for the Director, `code` for Execute–Validate: tasks that carry
+their tests), for tests, notebooks and a first optimization run without any data at hand.
+
 `mbpp(path, split)` reads the MBPP JSON lines (the sanitized dataset's fields: `task_id`, `prompt`,
 `test_list`, `test_imports`, `code`, `split`) that the user has; nothing is downloaded. Each example
 is `ExecuteValidateController`'s input: `initial_input` (the MBPP paper's prompt, and the test file
@@ -22,7 +27,8 @@ import dspy
 
 from loops.errors import ConfigurationError
 
-__all__ = ["MBPP_TEST_COMMAND", "MBPP_TEST_FILE", "mbpp", "mbpp_prompt", "mbpp_test_file"]
+__all__ = ["BUILTIN", "MBPP_TEST_COMMAND", "MBPP_TEST_FILE", "builtin", "has_splits", "is_mbpp", "jsonl", "mbpp",
+           "mbpp_prompt", "mbpp_test_file"]
 
 MBPP_TEST_FILE = "test_solution.py"
 MBPP_TEST_COMMAND = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", MBPP_TEST_FILE])
@@ -44,19 +50,57 @@ def mbpp_test_file(task: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _records(path: str | os.PathLike[str], what: str) -> list[dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            records = [json.loads(line) for line in handle if line.strip()]
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the {what} file {os.fspath(path)!r}: {exc.strerror or exc}; give the "
+                                 "path of a JSON-lines file you have (nothing is downloaded)") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"{os.fspath(path)!r} is not JSON lines: {exc}") from None
+    if not all(isinstance(record, dict) for record in records):
+        raise ConfigurationError(f"{os.fspath(path)!r}: every line must be a JSON object")
+    return records
+
+
+def has_splits(path: str | os.PathLike[str]) -> bool:
+    """Whether the records of the JSON-lines file at `path` say which split they are in (a `split` field)."""
+    return any("split" in record for record in _records(path, "data"))
+
+
+def is_mbpp(path: str | os.PathLike[str]) -> bool:
+    """Whether the JSON-lines file at `path` holds MBPP tasks (`task_id`, `prompt`, `test_list`)."""
+    records = _records(path, "data")
+    return bool(records) and all(field in records[0] for field in ("task_id", "prompt", "test_list"))
+
+
+def jsonl(path: str | os.PathLike[str], inputs: tuple[str, ...] | list[str] | None = None, split: str | None = None,
+          limit: int | None = None) -> list[dspy.Example]:
+    """The JSON objects of the file at `path` as examples whose inputs are `inputs` (default: every key
+    but `split`, `id` and `reference`). With `split`, only the records whose `split` field equals it."""
+    records = _records(path, "data")
+    if split is not None:
+        records = [record for record in records if record.get("split") == split]
+    examples = []
+    for number, record in enumerate(records, 1):
+        keys = list(inputs) if inputs is not None else [key for key in record if key not in ("split", "id",
+                                                                                            "reference")]
+        missing = [key for key in keys if key not in record]
+        if missing:
+            raise ConfigurationError(f"{os.fspath(path)!r}, record {number}: no {', '.join(map(repr, missing))}; each "
+                                     f"line needs {', '.join(map(repr, keys))}")
+        examples.append(dspy.Example(**{key: value for key, value in record.items() if key != "split"})
+                        .with_inputs(*keys))
+    return examples[:limit] if limit else examples
+
+
 def mbpp(path: str | os.PathLike[str], split: str = "validation", limit: int | None = None) -> list[dspy.Example]:
     """The tasks of `split` (`prompt`, `validation`, `train`, `test` or `all`) in the JSON-lines file
     at `path`, in file order, as examples with inputs `initial_input` and `test_command`."""
     if split not in _SPLITS:
         raise ConfigurationError(f"split must be one of {', '.join(_SPLITS)}, got {split!r}")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            tasks = [json.loads(line) for line in handle if line.strip()]
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the MBPP file {os.fspath(path)!r}: {exc.strerror or exc}; give the "
-                                 "path of the sanitized MBPP JSON lines you have (nothing is downloaded)") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"{os.fspath(path)!r} is not JSON lines: {exc}") from None
+    tasks = _records(path, "MBPP")
     missing = [field for field in ("task_id", "prompt", "test_list") if tasks and field not in tasks[0]]
     if missing:
         raise ConfigurationError(f"{os.fspath(path)!r} does not look like MBPP: its records lack {missing}")
@@ -71,3 +115,61 @@ def mbpp(path: str | os.PathLike[str], split: str = "validation", limit: int | N
         for task in chosen
     ]
     return examples[:limit] if limit else examples
+
+
+def _code_task(prompt: str, tests: list[str]) -> dict[str, Any]:
+    return {"task_id": prompt, "prompt": prompt, "test_list": tests}
+
+
+_WRITING = [
+    "A two-sentence product description for a reusable water bottle.",
+    "A haiku about autumn rain.",
+    "A one-line slogan for a bicycle repair shop.",
+    "A polite two-sentence email declining a meeting invitation.",
+    "A tweet announcing a library's new opening hours (9 to 5).",
+    "A three-item packing list for a day hike, one line each.",
+    "A short thank-you note to a neighbour who watered the plants.",
+    "A one-paragraph summary of why sleep matters for students.",
+]
+_GOALS = [
+    "A limerick about a cat who learns to code.",
+    "Three tips for writing clear commit messages.",
+    "A short recipe for a cheese sandwich, as numbered steps.",
+    "A two-sentence explanation of what a loop is in programming.",
+    "A packing list for a weekend camping trip (five items).",
+    "A friendly reminder that the team meeting moved to Friday.",
+]
+_CODE = [
+    _code_task("Write a function add(a, b) that returns the sum of a and b.",
+               ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]),
+    _code_task("Write a function is_even(n) that returns True when n is even.",
+               ["assert is_even(4) is True", "assert is_even(7) is False"]),
+    _code_task("Write a function reverse_string(s) that returns s reversed.",
+               ["assert reverse_string('abc') == 'cba'", "assert reverse_string('') == ''"]),
+    _code_task("Write a function square(x) that returns x squared.",
+               ["assert square(3) == 9", "assert square(-2) == 4"]),
+    _code_task("Write a function maximum(xs) that returns the largest number of a list.",
+               ["assert maximum([1, 5, 2]) == 5", "assert maximum([-3, -1]) == -1"]),
+    _code_task("Write a function count_vowels(s) that returns how many vowels (aeiou) s has.",
+               ["assert count_vowels('hello') == 2", "assert count_vowels('xyz') == 0"]),
+    _code_task("Write a function first(xs) that returns the first item of a list, or None if it is empty.",
+               ["assert first([4, 5]) == 4", "assert first([]) is None"]),
+    _code_task("Write a function word_count(s) that returns the number of words in s.",
+               ["assert word_count('a b c') == 3", "assert word_count('') == 0"]),
+]
+BUILTIN = {"writing": "Creator–Critic tasks (requirements)", "goals": "Director goals (initial_input)",
+           "code": "small Python tasks with their tests (Execute–Validate)"}
+
+
+def builtin(name: str) -> list[dspy.Example]:
+    """One of the small sets written for this project (see `BUILTIN`), as examples."""
+    if name == "writing":
+        return [dspy.Example(requirements=text, context="").with_inputs("requirements", "context") for text in _WRITING]
+    if name == "goals":
+        return [dspy.Example(initial_input=text).with_inputs("initial_input") for text in _GOALS]
+    if name == "code":
+        return [dspy.Example(initial_input={"prompt": mbpp_prompt(task),
+                                            "workspace_files": {MBPP_TEST_FILE: mbpp_test_file(task)}},
+                             test_command=MBPP_TEST_COMMAND, task_id=task["task_id"]
+                             ).with_inputs("initial_input", "test_command") for task in _CODE]
+    raise ConfigurationError(f"no built-in set {name!r}: choose one of {', '.join(BUILTIN)}")

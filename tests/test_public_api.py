@@ -10,9 +10,10 @@ def test_the_public_api_is_exactly_what_all_lists():
         "Budget", "CREATOR_CRITIC", "CallableValidator", "CommandNotFoundError", "ConfigurationError", "ContractError",
         "ControllerDecision", "CreatorCriticIterator", "DIRECTOR", "DecisionError",
         "DirectorExecutorEvaluatorController", "EXECUTE_VALIDATE", "ExecuteValidateController", "LimitReached",
-        "LoopModule", "LoopsError", "MissingDependencyError", "Observer", "PhaseContract", "PytestValidator",
+        "LoopModule", "LoopResult", "LoopsError", "MissingDependencyError", "Observer", "PhaseContract",
+        "PytestValidator",
         "RetryPolicy", "RoleFailed", "Run", "RunError", "STOP_REASONS", "ShellValidator", "Step", "StopReason",
-        "StructuredAnalysisResult", "TaskResult", "ValidationResult", "Workspace", "current_run", "observing",
+        "StructuredAnalysisResult", "TaskResult", "ValidationResult", "Workspace", "current_run", "load", "observing",
         "tests_controller",
     }
     assert all(hasattr(loops, name) for name in loops.__all__)

@@ -68,3 +68,53 @@ def test_the_loop_runs_an_example_in_its_own_workspace_and_the_metric_scores_it(
     with dspy.context(lm=scripted_lm([answer]), adapter=dspy.ChatAdapter()):
         result = module(**example.inputs())
     assert execute_validate_metric(example, result) == pytest.approx(score)
+
+
+SOLUTIONS = {
+    "add": "def add(a, b):\n    return a + b\n",
+    "is_even": "def is_even(n):\n    return n % 2 == 0\n",
+    "reverse_string": "def reverse_string(s):\n    return s[::-1]\n",
+    "square": "def square(x):\n    return x * x\n",
+    "maximum": "def maximum(xs):\n    return max(xs)\n",
+    "count_vowels": "def count_vowels(s):\n    return sum(c in 'aeiou' for c in s)\n",
+    "first": "def first(xs):\n    return xs[0] if xs else None\n",
+    "word_count": "def word_count(s):\n    return len(s.split())\n",
+}
+
+
+def test_the_built_in_sets_hold_inputs_of_their_patterns():
+    from loops.optimize.datasets import BUILTIN, builtin
+
+    assert set(BUILTIN) == {"writing", "goals", "code"}
+    assert all(set(example.inputs()) == {"requirements", "context"} for example in builtin("writing"))
+    assert all(set(example.inputs()) == {"initial_input"} for example in builtin("goals"))
+    with pytest.raises(ConfigurationError, match="no built-in set 'poems'"):
+        builtin("poems")
+
+
+@pytest.mark.slow
+def test_every_built_in_code_task_is_solvable_and_its_tests_tell(tmp_path):
+    from loops.optimize.datasets import builtin
+
+    for example in builtin("code"):
+        name = example.initial_input["prompt"].split("function ")[1].split("(")[0]
+        module = ExecuteValidateController(max_iterations=1, samples=1, analyst=False)
+        for code, expected in ((SOLUTIONS[name], True), ("def nothing():\n    pass\n", False)):
+            with dspy.context(lm=scripted_lm([code])):
+                result = module(**example.inputs())
+            assert result.success is expected, (name, code, result.best_attempt)
+
+
+def test_any_json_lines_file_gives_examples_and_its_splits(tmp_path):
+    from loops.optimize.datasets import has_splits, jsonl
+
+    path = tmp_path / "notes.jsonl"
+    path.write_text('{"requirements": "a", "split": "train", "reference": "r"}\n'
+                    '{"requirements": "b", "split": "validation"}\n')
+
+    assert has_splits(path)
+    [train] = jsonl(path, split="train")
+    assert (train.inputs().toDict(), train.reference) == ({"requirements": "a"}, "r")
+    assert [example.requirements for example in jsonl(path)] == ["a", "b"]
+    with pytest.raises(ConfigurationError, match=r"record 1: no 'context'"):
+        jsonl(path, inputs=("requirements", "context"))

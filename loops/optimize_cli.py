@@ -1,0 +1,242 @@
+"""`loops optimize`, `loops eval` and `loops batch`: a loop over a dataset from the shell.
+
+    loops optimize fix --data mbpp.jsonl --optimizer bootstrap --out fix.optimized.json
+    loops eval fix --data mbpp.jsonl --program fix.optimized.json
+    loops fix "..." -t "pytest" --program fix.optimized.json
+    loops batch fix --data mbpp.jsonl --out results.jsonl --concurrency 64 --model openai/... --api-base ...
+
+The program is a pattern (`refine`, `fix`, `direct`), a DSL program (`FILE.sexp`), or a saved
+program (`--program FILE`, which must be of that kind). The data is MBPP JSON lines (its train split
+optimizes, its validation split scores), any JSON-lines file of the program's inputs (a `split` field
+of `train`/`validation` is honoured, else the first `--train` records train and the next `--val`
+score), or a built-in set (`builtin:writing`, `builtin:goals`, `builtin:code`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import dspy
+import typer
+
+from loops.cli import (
+    AdapterOption,
+    ApiBaseOption,
+    ApiKeyEnvOption,
+    MaxTokensOption,
+    ModelChoice,
+    ModelOption,
+    TemperatureOption,
+    console,
+)
+from loops.creator_critic import CreatorCriticIterator
+from loops.director import DirectorExecutorEvaluatorController
+from loops.errors import ConfigurationError
+from loops.execute_validate import ExecuteValidateController
+
+KINDS = {"refine": CreatorCriticIterator, "fix": ExecuteValidateController,
+         "direct": DirectorExecutorEvaluatorController}
+
+KindArgument = Annotated[str, typer.Argument(help="refine | fix | direct | FILE.sexp")]
+DataOption = Annotated[str, typer.Option(
+    "--data", help="MBPP JSON lines, a JSON-lines file of the program's inputs, or builtin:writing|goals|code")]
+ProgramOption = Annotated[Path | None, typer.Option(
+    "--program", help="Start from a saved program (loops optimize --out, or module.save) of this kind")]
+MaxIterationsOption = Annotated[int | None, typer.Option(
+    min=1, max=1000, help="The loop's iterations at most [default: the pattern's]")]
+SamplesOption = Annotated[int | None, typer.Option(
+    min=1, max=100, help="fix: candidates per iteration [default: by model]")]
+ThreadsOption = Annotated[int, typer.Option(min=1, max=64, help="Examples run at once")]
+
+
+def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Module:
+    """The program a command runs: the saved one at `program` (checked to be of `kind`; `arguments` given
+    override its own), or a new one of `kind` built with `arguments`. None means "not given"."""
+    from loops.saving import load
+    from loops.sexp.program import SexpProgram
+
+    arguments = {name: value for name, value in arguments.items() if value is not None}
+    expected = KINDS.get(kind)
+    if expected is None and not kind.endswith(".sexp"):
+        raise ConfigurationError(f"unknown program {kind!r}: use refine, fix, direct or a FILE.sexp")
+    if "samples" in arguments and kind != "fix":
+        raise ConfigurationError(f"--samples is an option of fix, not of {kind}")
+    if program is not None:
+        loaded = load(program, **arguments)
+        if not isinstance(loaded, expected or SexpProgram):
+            raise ConfigurationError(f"--program {str(program)!r} is a {type(loaded).__name__}, not a "
+                                     f"{(expected or SexpProgram).__name__}: give it to `loops "
+                                     f"{_command_of(loaded)}` instead")
+        if expected is None and Path(kind).read_text(encoding="utf-8") != loaded.source:
+            raise ConfigurationError(f"--program {str(program)!r} was compiled from another text than {kind!r}: "
+                                     "give the .sexp file it was optimized from")
+        return loaded
+    if expected is None:
+        from loops.sexp import compile as compile_program
+
+        return compile_program(Path(kind), **arguments)
+    return expected(**arguments)
+
+
+def _command_of(program: dspy.Module) -> str:
+    for name, cls in KINDS.items():
+        if isinstance(program, cls):
+            return name
+    return "run"
+
+
+def load_sets(kind: str, data: str, train: int | None, val: int | None) -> tuple[list[dspy.Example],
+                                                                                  list[dspy.Example]]:
+    """The training and validation examples `--data` holds for a program of `kind`."""
+    from loops.optimize import datasets
+
+    if data.startswith("builtin:"):
+        examples = datasets.builtin(data.removeprefix("builtin:"))
+        cut = train if train is not None else max(1, len(examples) // 2)
+        return examples[:cut], examples[cut:cut + val] if val else examples[cut:]
+    if not Path(data).is_file():
+        raise ConfigurationError(f"--data {data!r} is not a file: give a JSON-lines file, or builtin:writing, "
+                                 "builtin:goals or builtin:code")
+    if datasets.is_mbpp(data):
+        if kind != "fix":
+            raise ConfigurationError(f"--data {data!r} holds MBPP code tasks: they are for `fix`, not {kind!r}")
+        return datasets.mbpp(data, "train", train), datasets.mbpp(data, "validation", val)
+    if datasets.has_splits(data):
+        return datasets.jsonl(data, split="train", limit=train), datasets.jsonl(data, split="validation", limit=val)
+    records = datasets.jsonl(data)
+    cut = train if train is not None else max(1, len(records) // 2)
+    return records[:cut], records[cut:cut + val] if val else records[cut:]
+
+
+def _options(pairs: list[str]) -> dict[str, Any]:
+    import json
+
+    options = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name.strip():
+            raise ConfigurationError(f"--option {pair!r} is not name=value (e.g. --option max_bootstrapped_demos=2)")
+        try:
+            options[name.strip().replace("-", "_")] = json.loads(text)
+        except json.JSONDecodeError:
+            options[name.strip().replace("-", "_")] = text
+    return options
+
+
+def optimize_command(
+    kind: KindArgument,
+    data: DataOption,
+    optimizer: Annotated[str, typer.Option(help="bootstrap | random-search | mipro | gepa | simba")] = "bootstrap",
+    out: Annotated[Path, typer.Option(help="Where the optimized program is saved (.json), with its report")] = Path(
+        "optimized.json"),
+    train: Annotated[int | None, typer.Option(min=1, help="Training examples at most")] = None,
+    val: Annotated[int | None, typer.Option(min=1, help="Validation examples at most")] = None,
+    program: ProgramOption = None,
+    option: Annotated[list[str] | None, typer.Option(
+        "--option", help="An optimizer option, name=value (JSON values), e.g. max_bootstrapped_demos=2")] = None,
+    max_iterations: MaxIterationsOption = None,
+    samples: SamplesOption = None,
+    threads: ThreadsOption = 1,
+    model: ModelOption = "local",
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    max_tokens: MaxTokensOption = None,
+    temperature: TemperatureOption = None,
+    adapter: AdapterOption = None,
+) -> None:
+    """Score a loop on the validation examples, optimize it on the training ones, score it again, save it."""
+    import loops.optimize
+
+    if out.suffix != ".json":
+        raise ConfigurationError(f"--out {str(out)!r}: the optimized program is saved as a .json file")
+    module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
+    trainset, valset = load_sets(kind, data, train, val)
+    lm = ModelChoice(model, api_base, api_key_env, max_tokens, temperature, adapter).resolve()
+    started = time.monotonic()
+    with dspy.context(lm=lm):
+        _, report = loops.optimize.run(module, trainset, valset, optimizer=optimizer, out=out, num_threads=threads,
+                                       **_options(option or []))
+    console.print(report.summary(), highlight=False, soft_wrap=True)
+    console.print(f"saved to {out} ({time.monotonic() - started:.0f} s in all)", highlight=False, soft_wrap=True)
+
+
+def eval_command(
+    kind: KindArgument,
+    data: DataOption,
+    program: ProgramOption = None,
+    val: Annotated[int | None, typer.Option(min=1, help="Examples at most")] = None,
+    max_iterations: MaxIterationsOption = None,
+    samples: SamplesOption = None,
+    threads: ThreadsOption = 1,
+    model: ModelOption = "local",
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    max_tokens: MaxTokensOption = None,
+    temperature: TemperatureOption = None,
+    adapter: AdapterOption = None,
+) -> None:
+    """Score a loop (or a saved one, --program) on the validation examples of --data."""
+    import loops.optimize
+
+    module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
+    _, valset = load_sets(kind, data, None, val)
+    if not valset:
+        raise ConfigurationError(f"--data {data!r} holds no validation examples for {kind}")
+    lm = ModelChoice(model, api_base, api_key_env, max_tokens, temperature, adapter).resolve()
+    with dspy.context(lm=lm):
+        score, stage = loops.optimize.evaluate(module, valset, num_threads=threads)
+    console.print(f"{kind}: score {score.score:.3f}; solved {score.solved} of {score.examples}; "
+                  f"{stage.lm_calls} LM calls, {stage.tokens} tokens, {stage.seconds:.1f} s",
+                  highlight=False, soft_wrap=True)
+
+
+def batch_command(
+    kind: KindArgument,
+    data: DataOption,
+    out: Annotated[Path, typer.Option(help="JSON-lines file results are appended to; a rerun skips what it holds")],
+    concurrency: Annotated[int, typer.Option(min=1, max=10_000, help="Loops running at once")] = 16,
+    backend: Annotated[str, typer.Option(help="asyncio (in this process) | ray (each example on a Ray worker)")] = (
+        "asyncio"),
+    address: Annotated[str | None, typer.Option(help="A running Ray cluster's address (--backend ray)")] = None,
+    split: Annotated[str | None, typer.Option(help="Only the examples of this split (train, validation, ...)")] = None,
+    program: ProgramOption = None,
+    max_iterations: MaxIterationsOption = None,
+    samples: SamplesOption = None,
+    model: ModelOption = "local",
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    max_tokens: MaxTokensOption = None,
+    temperature: TemperatureOption = None,
+    adapter: AdapterOption = None,
+) -> None:
+    """Run a loop on every example of --data, many at once, streaming one result per line to --out."""
+    import loops.batch
+    from loops.optimize.runner import default_metric
+
+    module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
+    examples = load_examples(kind, data, split)
+    lm = ModelChoice(model, api_base, api_key_env, max_tokens, temperature, adapter).resolve()
+    with dspy.context(lm=lm):
+        summary = loops.batch.run(module, examples, out=out, backend=backend, concurrency=concurrency,
+                                  address=address, metric=default_metric(module))
+    console.print(f"{summary.finished} finished ({summary.succeeded} succeeded), {summary.failed} failed, "
+                  f"{summary.skipped} already in {out}; {summary.seconds:.1f} s, {summary.per_second:.2f} loops/s",
+                  highlight=False, soft_wrap=True)
+
+
+def load_examples(kind: str, data: str, split: str | None) -> list[dspy.Example]:
+    """Every example `--data` holds for a program of `kind` (of one split, if given)."""
+    from loops.optimize import datasets
+
+    if data.startswith("builtin:"):
+        return datasets.builtin(data.removeprefix("builtin:"))
+    if not Path(data).is_file():
+        raise ConfigurationError(f"--data {data!r} is not a file: give a JSON-lines file, or builtin:writing, "
+                                 "builtin:goals or builtin:code")
+    if datasets.is_mbpp(data):
+        if kind != "fix":
+            raise ConfigurationError(f"--data {data!r} holds MBPP code tasks: they are for `fix`, not {kind!r}")
+        return datasets.mbpp(data, split or "all")
+    return datasets.jsonl(data, split=split)

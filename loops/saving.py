@@ -1,0 +1,121 @@
+"""A loop program saved with its configuration, and loaded back as it was.
+
+DSPy's `module.save("x.json")` keeps each predictor's demos and instructions. A loop module's state adds
+what makes it the same loop (`LoopModule.dump_state`): its class, the arguments it was built with
+(budget, policy, samples, a DSL program's source, ...) and each role's LM as a model string (`local`
+for the embedded model), never as an endpoint's settings. So:
+
+- `loops.load("x.json")` rebuilds the program from the file alone; phases, tools or clocks that are
+  Python objects cannot be written to JSON, so the file names them and `load` asks for them again
+  as keywords (`load("x.json", executor=my_executor)`), before any LM call;
+- `module.load("x.json")` on an already-built module of that class restores its demos, instructions,
+  budget, retry policy, strictness and history settings, and its roles' LMs;
+- neither needs `allow_unsafe_lm_state`: no LM endpoint settings are saved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loops.errors import ConfigurationError
+
+__all__ = ["load", "lm_reference"]
+
+_RUNTIME_SETTINGS = ("budget", "retry", "strict", "history_window", "history_summary")
+_JSON_SCALARS = (str, int, float, bool, type(None))
+_ADAPTERS = {"PlainTextAdapter": "loops.adapters", "CompactJSONAdapter": "loops.adapters",
+             "ChatAdapter": "dspy.adapters", "JSONAdapter": "dspy.adapters", "XMLAdapter": "dspy.adapters"}
+
+
+def lm_reference(lm: Any) -> str | None:
+    """The model string an LM is rebuilt from (`loops.lm.resolve`): `local` for the embedded model,
+    a `dspy.LM`'s model otherwise; None for another kind of LM."""
+    from loops.lm import is_embedded
+
+    if lm is None:
+        return None
+    if is_embedded(lm):
+        return "local"
+    import dspy
+
+    return lm.model if isinstance(lm, dspy.LM) else None
+
+
+def encode(value: Any) -> Any:
+    """A constructor argument as JSON: plain values as they are, loops' dataclasses (Budget, RetryPolicy,
+    Limits) by their fields, adapters and workspaces by name; anything else is named, to be given again."""
+    if isinstance(value, _JSON_SCALARS):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, list | tuple):
+        return [encode(item) for item in value]
+    if isinstance(value, Mapping) and all(isinstance(key, str) for key in value):
+        return {key: encode(item) for key, item in value.items()}
+    cls = type(value)
+    if dataclasses.is_dataclass(value) and cls.__module__.startswith("loops."):
+        return {"__dataclass__": f"{cls.__module__}:{cls.__qualname__}", "fields": dataclasses.asdict(value)}
+    if cls.__name__ in _ADAPTERS and cls.__module__.startswith(_ADAPTERS[cls.__name__]):
+        return {"__adapter__": cls.__name__}
+    if cls.__name__ == "Workspace" and cls.__module__ == "loops.validators":
+        return os.fspath(value.path)
+    name = getattr(value, "__qualname__", None) or cls.__qualname__
+    return {"__given__": f"{getattr(value, '__module__', cls.__module__)}.{name}"}
+
+
+def decode(value: Any, name: str, given: Mapping[str, Any]) -> Any:
+    if isinstance(value, list):
+        return [decode(item, name, given) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if "__dataclass__" in value:
+        module, _, qualname = value["__dataclass__"].partition(":")
+        if not module.startswith("loops."):
+            raise ConfigurationError(f"{name}: {value['__dataclass__']!r} is not one of loops' classes")
+        return getattr(importlib.import_module(module), qualname)(**value["fields"])
+    if "__adapter__" in value:
+        adapter = value["__adapter__"]
+        return getattr(importlib.import_module(_ADAPTERS[adapter]), adapter)()
+    if "__given__" in value:
+        if name not in given:
+            raise ConfigurationError(
+                f"the saved program was built with {name}={value['__given__']}, a Python object a JSON file cannot "
+                f"hold: pass it again, e.g. loops.load(path, {name}=...)")
+        return given[name]
+    return {key: decode(item, f"{name}.{key}", given) for key, item in value.items()}
+
+
+def load(path: str | os.PathLike[str], **given: Any) -> Any:
+    """The loop program saved at `path` (by `save`, or `loops.optimize.run`), rebuilt with its class, its
+    configuration, its demos and instructions and its roles' LMs. `given` supplies the arguments that
+    were Python objects (custom phases, DSL tools) and overrides any saved argument."""
+    try:
+        state = orjson.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the saved program {os.fspath(path)!r}: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise ConfigurationError(f"{os.fspath(path)!r} is not a saved program (not JSON: {exc})") from None
+    saved = state.get("loops") if isinstance(state, dict) else None
+    if not isinstance(saved, dict) or "kind" not in saved:
+        raise ConfigurationError(f"{os.fspath(path)!r} holds no loop program's configuration: it was not saved by "
+                                 "a loops module (load a plain DSPy state with module.load(path) instead)")
+    module_name, _, qualname = saved["kind"].partition(":")
+    if not module_name.startswith("loops."):
+        raise ConfigurationError(f"{os.fspath(path)!r}: {saved['kind']!r} is not one of loops' programs")
+    cls = getattr(importlib.import_module(module_name), qualname)
+    arguments = {name: decode(value, name, given) for name, value in saved.get("arguments", {}).items()}
+    arguments.update(given)
+    program = cls(**arguments)
+    # The arguments (saved, and `given` over them) already set the runtime settings: keep those.
+    settings = {name: getattr(program, name) for name in _RUNTIME_SETTINGS}
+    program.load_state(state)
+    for name, value in settings.items():
+        setattr(program, name, value)
+    return program

@@ -1,0 +1,140 @@
+"""`loops optimize` and `loops eval` (loops/optimize_cli.py), with a scripted LM behind --model."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import loops.lm
+from loops.cli import app
+from tests.optimize.universal import learnable_lm, universal_lm
+
+MBPP_TASKS = [
+    {"task_id": 601, "prompt": "Write a function f.", "code": "def f():\n    return 1",
+     "test_imports": [], "test_list": ["assert f() == 1"], "split": "train"},
+    {"task_id": 511, "prompt": "Write a function f.", "code": "def f():\n    return 1",
+     "test_imports": [], "test_list": ["assert f() == 1"], "split": "validation"},
+]
+
+
+@pytest.fixture
+def lm(monkeypatch):
+    chosen = learnable_lm()
+    monkeypatch.setattr(loops.lm, "resolve", lambda model, **options: chosen)
+    return chosen
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(arg) for arg in args])
+
+
+def test_optimize_saves_a_program_that_eval_and_refine_then_run(lm, tmp_path):
+    # Easy tasks succeed untaught; hard ones only once a role has demos (tests/optimize/universal.py).
+    data = tmp_path / "notes.jsonl"
+    records = [{"requirements": f"easy note {n}", "split": "train"} for n in range(4)] + [
+        {"requirements": f"hard note {n}", "split": "validation"} for n in range(2)]
+    data.write_text("\n".join(json.dumps(record) for record in records) + "\n")
+    out = tmp_path / "refine.optimized.json"
+
+    optimized = invoke("optimize", "refine", "--data", data, "--train", 3, "--val", 2, "--out", out,
+                       "--max-iterations", 1)
+
+    assert optimized.exit_code == 0, optimized.output
+    assert "bootstrap: creator_critic_metric" in optimized.output and f"saved to {out}" in optimized.output
+    report = json.loads(out.read_text())["loops"]["report"]
+    assert report["train_examples"] == 3 and report["val_examples"] == 2
+    assert report["program"]["arguments"] == {"max_iterations": 1}
+
+    assert (report["before"]["solved"], report["after"]["solved"]) == (0, 2)
+    scored = invoke("eval", "refine", "--data", data, "--program", out)
+    assert scored.exit_code == 0, scored.output
+    assert "refine: score 1.000; solved 2 of 2" in scored.output
+
+    ran = invoke("refine", "hard note", "--program", out)
+    assert ran.exit_code == 0, ran.output  # taught by its demos, the critic approves a hard task
+    assert "approved" in ran.output
+
+
+def test_fix_reads_mbpp_data_train_split_to_optimize_validation_split_to_score(monkeypatch, tmp_path):
+    monkeypatch.setattr(loops.lm, "resolve", lambda model, **options: universal_lm())
+    data = tmp_path / "mbpp.jsonl"
+    data.write_text("\n".join(json.dumps(task) for task in MBPP_TASKS) + "\n")
+    out = tmp_path / "fix.json"
+
+    outcome = invoke("optimize", "fix", "--data", data, "--out", out, "--max-iterations", 1, "--samples", 1,
+                     "--option", "max_bootstrapped_demos=1")
+
+    assert outcome.exit_code == 0, outcome.output
+    report = json.loads(out.read_text())["loops"]["report"]
+    assert (report["train_examples"], report["val_examples"], report["after"]["solved"]) == (1, 1, 1)
+    assert report["optimizer"]["max_bootstrapped_demos"] == 1
+    assert report["changes"]["executor"]["demos"] == 1
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["optimize", "polish", "--data", "builtin:writing"], "unknown program 'polish'"),
+    (["optimize", "refine", "--data", "builtin:nothing"], "no built-in set 'nothing'"),
+    (["optimize", "refine", "--data", "missing.jsonl"], "--data 'missing.jsonl' is not a file"),
+    (["optimize", "refine", "--data", "builtin:writing", "--optimizer", "bogus"], "unknown optimizer 'bogus'"),
+    (["optimize", "refine", "--data", "builtin:writing", "--out", "x.txt"], "saved as a .json file"),
+    (["optimize", "refine", "--data", "builtin:writing", "--option", "oops"], "is not name=value"),
+    (["optimize", "direct", "--data", "builtin:goals", "--samples", "2"], "--samples is an option of fix"),
+])
+def test_mistakes_exit_2_in_one_line_before_any_lm_call(lm, args, message):
+    outcome = invoke(*args)
+
+    assert outcome.exit_code == 2, outcome.output
+    assert message in outcome.output
+    assert lm.engine.requests == []
+
+
+def test_a_saved_program_of_another_kind_is_refused(lm, tmp_path):
+    from loops import ExecuteValidateController
+
+    path = tmp_path / "fix.json"
+    ExecuteValidateController().save(path)
+
+    outcome = invoke("eval", "refine", "--data", "builtin:writing", "--program", path)
+
+    assert outcome.exit_code == 2
+    assert "is a ExecuteValidateController, not a CreatorCriticIterator: give it to `loops fix`" in outcome.output
+
+
+def test_a_dsl_program_is_optimized_and_run_from_its_saved_file(monkeypatch, tmp_path):
+    monkeypatch.setattr(loops.lm, "resolve", lambda model, **options: universal_lm())
+    source = Path(__file__).resolve().parents[2] / "examples" / "creator_critic.sexp"
+    data = tmp_path / "slogans.jsonl"
+    data.write_text("\n".join(json.dumps({"product": f"a bottle {n}", "max-words": 12}) for n in range(4)) + "\n")
+    out = tmp_path / "slogans.json"
+
+    optimized = invoke("optimize", source, "--data", data, "--train", 2, "--val", 2, "--out", out)
+    assert optimized.exit_code == 0, optimized.output
+    saved = json.loads(out.read_text())
+    assert saved["loops"]["report"]["program"]["source"] == source.read_text()
+    assert saved["loops"]["report"]["changes"]["user:create"]["demos"] == 2
+
+    ran = invoke("run", source, "--program", out, "--set", "product=a bike", "--set", "max-words=12")
+    assert ran.exit_code == 0, ran.output
+
+    other = tmp_path / "other.sexp"
+    other.write_text("(+ 1 2)")
+    refused = invoke("run", other, "--program", out)
+    assert refused.exit_code == 2 and "was compiled from another text" in refused.output
+
+
+def test_batch_streams_a_record_per_example_and_a_rerun_skips_them(monkeypatch, tmp_path):
+    chosen = universal_lm()
+    monkeypatch.setattr(loops.lm, "resolve", lambda model, **options: chosen)
+    out = tmp_path / "results.jsonl"
+
+    first = invoke("batch", "refine", "--data", "builtin:writing", "--out", out, "--concurrency", 4,
+                   "--max-iterations", 1)
+    again = invoke("batch", "refine", "--data", "builtin:writing", "--out", out)
+
+    assert first.exit_code == 0, first.output
+    assert "8 finished (8 succeeded), 0 failed, 0 already in" in first.output
+    assert "0 finished (0 succeeded), 0 failed, 8 already in" in again.output
+    found = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(record["id"] for record in found) == [str(n) for n in range(8)]
+    assert all(record["score"] == 1.0 for record in found)
