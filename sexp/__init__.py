@@ -78,6 +78,13 @@ __all__ = [
 ]
 
 
+def load_ipython_extension(shell: Any) -> None:
+    """`%load_ext loops.sexp` in IPython or Jupyter: the `%%sexp` cell magic (`loops.sexp.magic`)."""
+    from loops.sexp.magic import load_ipython_extension as load
+
+    load(shell)
+
+
 def evaluate(source: str, /, **bindings: Any) -> Any:
     """The value of the last form of `source`, run by a fresh `Interpreter` with `bindings` defined."""
     return Interpreter().eval_source(source, bindings=bindings)
