@@ -1,6 +1,6 @@
 # Two commands do all set-up on a fresh machine (Python 3.11 with pip and venv):
 #   make demo   create .venv, install loops with the embedded model, run a Creator–Critic–Iterator loop
-#   make test   install the test tools too, lint, and run the whole test suite
+#   make test   install the test tools too, lint, run the whole test suite, and execute every notebook
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -15,6 +15,7 @@ demo: $(VENV)/.installed-local
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check loops signatures sexp optimize benchmarks tests
 	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --nbmake notebooks
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +27,7 @@ $(VENV)/.installed-local: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[local,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[local,dev,server,optimize,ray,notebooks]'
 	touch $@ $(VENV)/.installed-local
 
 clean:

@@ -17,6 +17,7 @@ import math
 import sys
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -29,10 +30,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from typer.core import TyperGroup
 
-from loops.creator_critic import CreatorCriticIterator
-from loops.director import DirectorExecutorEvaluatorController
 from loops.errors import ConfigurationError
-from loops.execute_validate import ExecuteValidateController
 from loops.runs_cli import app as runs_app
 from loops.runtime import Step, observing
 from loops.validators import ShellValidator
@@ -85,9 +83,29 @@ class Policy(enum.StrEnum):
     auto = "auto"
 
 
+class AdapterName(enum.StrEnum):
+    chat = "chat"
+    json = "json"
+    compact = "compact"
+
+
 ModelOption = Annotated[
     str, typer.Option("--model", "-m", help="'local' (embedded SmolLM2-135M, offline) or a LiteLLM model string")
 ]
+ApiBaseOption = Annotated[str | None, typer.Option(
+    "--api-base", help="Address of an OpenAI-compatible server serving --model (llama.cpp, vLLM, ...), e.g. "
+    "http://127.0.0.1:8080/v1 with --model openai/<name>")]
+ApiKeyEnvOption = Annotated[str | None, typer.Option(
+    "--api-key-env", metavar="NAME", help="Environment variable holding the API key [default: with --api-base, "
+    "no key is sent; else the provider's own variable]")]
+MaxTokensOption = Annotated[int | None, typer.Option(
+    "--max-tokens", help="Output tokens per LM answer at most [default: 512 for 'local', 1024 for other models]")]
+TemperatureOption = Annotated[float | None, typer.Option(
+    "--temperature", help="Sampling temperature, 0 to 2 [default: 0 for 'local', else the model's own]")]
+AdapterOption = Annotated[AdapterName | None, typer.Option(
+    "--adapter", help="How roles ask for structured answers: 'chat' (DSPy's field markers), 'json' (a JSON "
+    "object; the output schema goes to the server), 'compact' (JSON without a template of placeholders) "
+    "[default: compact for 'local', else chat]")]
 TraceOption = Annotated[
     Path | None, typer.Option("--trace", help="Write every role call to this JSONL file as it finishes")
 ]
@@ -99,6 +117,9 @@ TokenBudgetOption = Annotated[int | None, typer.Option(
     "--token-budget", min=1, help="Stop once the LMs have reported this many tokens (input plus output)")]
 MaxCostOption = Annotated[float | None, typer.Option(
     "--max-cost", min=0.0, help="Stop once the LM requests have cost this many US dollars")]
+ProgramOption = Annotated[Path | None, typer.Option(
+    "--program", help="Run a saved program (loops optimize --out, or module.save): its demos, instructions and "
+    "configuration; options given here override its own")]
 TimeoutOption = Annotated[
     float, typer.Option("--timeout", callback=_check_timeout, help="Wall-clock limit of the whole loop, in seconds")
 ]
@@ -144,16 +165,39 @@ def _outcome(step: Step) -> str:
     return "ok"
 
 
+@dataclass(frozen=True)
+class ModelChoice:
+    """--model and the options that shape its requests, resolved once by `loops.lm.resolve`; only the
+    options given are passed, so that the model's own defaults apply to the rest."""
+
+    model: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    adapter: AdapterName | None = None
+
+    def resolve(self) -> dspy.BaseLM:
+        from loops.lm import resolve
+
+        options = {name: getattr(self, name) for name in ("api_base", "api_key_env", "max_tokens", "temperature")
+                   if getattr(self, name) is not None}
+        if self.adapter is not None:
+            options["adapter"] = self.adapter.value
+        return resolve(self.model, **options)
+
+
 def _run_with_progress(
-    module: dspy.Module, model: str | dspy.BaseLM, trace: Path | None, **inputs: Any
+    module: dspy.Module, model: str | dspy.BaseLM | ModelChoice, trace: Path | None, **inputs: Any
 ) -> tuple[dspy.Prediction, float]:
     """Run `module` on `inputs` with the live display; returns its prediction and the wall time.
 
-    A wrong `--model` or an unwritable `--trace` raises `ConfigurationError` before any LM call.
+    A wrong `--model` (or option of it) or an unwritable `--trace` raises `ConfigurationError` before
+    any LM call.
     """
     from loops.lm import resolve
 
-    lm = resolve(model)
+    lm = model.resolve() if isinstance(model, ModelChoice) else resolve(model)
     with ExitStack() as stack:
         trace_file = stack.enter_context(_open_trace(trace)) if trace else None
         progress = LiveProgress(trace_file)
@@ -210,17 +254,24 @@ def refine(
     requirements: Annotated[str, typer.Argument(help="What to create")],
     context: Annotated[str, typer.Option(help="Background context for the creator")] = "",
     model: ModelOption = "local",
-    max_iterations: Annotated[int, typer.Option(min=0, max=1000, help="Revisions at most")] = 3,
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    max_tokens: MaxTokensOption = None,
+    temperature: TemperatureOption = None,
+    adapter: AdapterOption = None,
+    max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help="Revisions at most [default: 3]")] = None,
     timeout: TimeoutOption = 300.0,
     trace: TraceOption = None,
     checkpoint: CheckpointOption = None,
     run_id: RunIdOption = None,
     token_budget: TokenBudgetOption = None,
     max_cost: MaxCostOption = None,
+    program: ProgramOption = None,
 ) -> None:
     """Creator–Critic–Iterator: draft, then revise until the critic approves."""
-    module = CreatorCriticIterator(max_iterations=max_iterations)
-    result, seconds = _run_with_progress(module, model, trace, requirements=requirements, context=context,
+    module = load_program("refine", program, max_iterations=max_iterations)
+    choice = ModelChoice(model, api_base, api_key_env, max_tokens, temperature, adapter)
+    result, seconds = _run_with_progress(module, choice, trace, requirements=requirements, context=context,
                                          **_run_options(timeout, checkpoint, run_id, token_budget, max_cost))
     _report(result, seconds, f"final draft ({'approved' if result.success else 'not approved'})")
 
@@ -246,6 +297,11 @@ def fix(
         "Ask the analyst LLM for the next instruction after failing tests [default: not on the embedded "
         "model, else yes]"))] = None,
     model: ModelOption = "local",
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    max_tokens: MaxTokensOption = None,
+    temperature: TemperatureOption = None,
+    adapter: AdapterOption = None,
     max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help=(
         "Execute-validate cycles at most [default: by model, loops.lm.code_loop_defaults]"))] = None,
     timeout: TimeoutOption = 300.0,
@@ -254,19 +310,20 @@ def fix(
     run_id: RunIdOption = None,
     token_budget: TokenBudgetOption = None,
     max_cost: MaxCostOption = None,
+    program: ProgramOption = None,
 ) -> None:
     """Execute–Validate–Controller: write code, run the tests, repeat until they pass.
 
     Unset options follow the model (loops.lm.code_loop_defaults)."""
-    from loops.lm import code_loop_defaults, resolve
+    from loops.lm import code_loop_defaults
 
     ShellValidator(workspace=workspace).check(test_command)
-    lm = resolve(model)
-    if max_iterations is None:
+    lm = ModelChoice(model, api_base, api_key_env, max_tokens, temperature, adapter).resolve()
+    if max_iterations is None and program is None:
         max_iterations = code_loop_defaults(lm).max_iterations
-    module = ExecuteValidateController(max_iterations=max_iterations, workspace=workspace,
-                                       policy=policy.value if policy else None, samples=samples, analyst=analyst,
-                                       target_file=target_file)
+    module = load_program("fix", program, max_iterations=max_iterations, workspace=workspace,
+                          policy=policy.value if policy else None, samples=samples, analyst=analyst,
+                          target_file=target_file)
     initial_input = {"prompt": task, "files": list(files or []), "target_file": target_file}
     result, seconds = _run_with_progress(module, lm, trace, initial_input=initial_input,
                                          test_command=test_command,
@@ -280,17 +337,25 @@ def fix(
 def direct(
     goal: Annotated[str, typer.Argument(help="What to achieve")],
     model: ModelOption = "local",
-    max_iterations: Annotated[int, typer.Option(min=0, max=1000, help="Plan-execute-evaluate cycles at most")] = 3,
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    max_tokens: MaxTokensOption = None,
+    temperature: TemperatureOption = None,
+    adapter: AdapterOption = None,
+    max_iterations: Annotated[int | None, typer.Option(
+        min=0, max=1000, help="Plan-execute-evaluate cycles at most [default: 3]")] = None,
     timeout: TimeoutOption = 300.0,
     trace: TraceOption = None,
     checkpoint: CheckpointOption = None,
     run_id: RunIdOption = None,
     token_budget: TokenBudgetOption = None,
     max_cost: MaxCostOption = None,
+    program: ProgramOption = None,
 ) -> None:
     """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it."""
-    module = DirectorExecutorEvaluatorController(max_iterations=max_iterations)
-    result, seconds = _run_with_progress(module, model, trace, initial_input=goal,
+    module = load_program("direct", program, max_iterations=max_iterations)
+    choice = ModelChoice(model, api_base, api_key_env, max_tokens, temperature, adapter)
+    result, seconds = _run_with_progress(module, choice, trace, initial_input=goal,
                                          **_run_options(timeout, checkpoint, run_id, token_budget, max_cost))
     _report(result, seconds, "passed" if result.success else "not passed")
 
@@ -324,6 +389,11 @@ def run_program(
     assignments: Annotated[list[str] | None, typer.Option(
         "--set", help="Bind a variable before the program runs: name=value (a number, #t/#f, or text)")] = None,
     model: ModelOption = "local",
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    max_tokens: MaxTokensOption = None,
+    temperature: TemperatureOption = None,
+    adapter: AdapterOption = None,
     workspace: Annotated[Path | None, typer.Option(
         help="Directory the shell tool and get_context work in (default: the current one)")] = None,
     timeout: TimeoutOption = 300.0,
@@ -332,6 +402,9 @@ def run_program(
     run_id: RunIdOption = None,
     token_budget: TokenBudgetOption = None,
     max_cost: MaxCostOption = None,
+    saved: Annotated[Path | None, typer.Option(
+        "--program", help="Run a saved program compiled from this file (loops optimize FILE.sexp --out): its "
+        "atoms' demos and instructions")] = None,
 ) -> None:
     """Run an S-expression program (see docs/dsl.md); its atoms use --model.
 
@@ -348,10 +421,10 @@ def run_program(
                                  "--run-id (or --token-budget, --max-cost, --timeout), or another variable name")
     recording = _run_options(timeout, checkpoint, run_id, None, None)
     bindings.update({name: recording[name] for name in ("checkpoint", "run_id") if name in recording})
+    options = {"workspace": workspace, "limits": Limits(timeout_s=timeout),
+               "budget": Budget(max_iterations=1, timeout_s=timeout, max_tokens=token_budget, max_cost_usd=max_cost)}
     try:
-        compiled = compile(program, workspace=workspace, limits=Limits(timeout_s=timeout),
-                           budget=Budget(max_iterations=1, timeout_s=timeout, max_tokens=token_budget,
-                                         max_cost_usd=max_cost))
+        compiled = compile(program, **options) if saved is None else load_program(str(program), saved, **options)
     except DslError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(EXIT_USAGE) from None
@@ -360,7 +433,8 @@ def run_program(
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     try:
-        result, seconds = _run_with_progress(compiled, model, trace, **bindings)
+        result, seconds = _run_with_progress(
+            compiled, ModelChoice(model, api_base, api_key_env, max_tokens, temperature, adapter), trace, **bindings)
     except LimitExceeded as error:  # its step budget, wall clock or recursion depth: a limit, as --timeout is
         typer.echo(str(error), err=True)
         raise typer.Exit(EXIT_NO_SUCCESS) from None
@@ -387,16 +461,30 @@ class _ConsoleLog(logging.Handler):
 
 
 @app.command()
-def repl(model: ModelOption = "local") -> None:
+def repl(
+    model: ModelOption = "local",
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    max_tokens: MaxTokensOption = None,
+    temperature: TemperatureOption = None,
+    adapter: AdapterOption = None,
+) -> None:
     """An S-expression read-eval-print loop: definitions persist; multi-line input; (exit) or Ctrl-D."""
-    from loops.lm import resolve
     from loops.sexp.repl import main as repl_main
 
-    repl_main(model=resolve(model))
+    repl_main(model=ModelChoice(model, api_base, api_key_env, max_tokens, temperature, adapter).resolve())
 
 
 app.add_typer(runs_app, name="runs", help="The runs a --checkpoint file holds: `loops runs list FILE`, "
               "`loops runs show FILE RUN_ID`")
+
+
+# After every shared option above is defined: the optimize commands are built from them.
+from loops.optimize_cli import batch_command, eval_command, load_program, optimize_command  # noqa: E402
+
+app.command("optimize")(optimize_command)
+app.command("eval")(eval_command)
+app.command("batch")(batch_command)
 
 
 def main() -> None:
