@@ -87,27 +87,35 @@ def _command_of(program: dspy.Module) -> str:
     return "run"
 
 
-def load_sets(kind: str, data: str, train: int | None, val: int | None) -> tuple[list[dspy.Example],
-                                                                                  list[dspy.Example]]:
-    """The training and validation examples `--data` holds for a program of `kind`."""
+def _data_form(kind: str, data: str) -> str:
+    """What `--data` is: `builtin`, `mbpp` (for `fix` only) or `jsonl`; a mistake raises, naming the fix."""
     from loops.optimize import datasets
 
     if data.startswith("builtin:"):
-        examples = datasets.builtin(data.removeprefix("builtin:"))
-        cut = train if train is not None else max(1, len(examples) // 2)
-        return examples[:cut], examples[cut:cut + val] if val else examples[cut:]
+        return "builtin"
     if not Path(data).is_file():
         raise ConfigurationError(f"--data {data!r} is not a file: give a JSON-lines file, or builtin:writing, "
                                  "builtin:goals or builtin:code")
     if datasets.is_mbpp(data):
         if kind != "fix":
             raise ConfigurationError(f"--data {data!r} holds MBPP code tasks: they are for `fix`, not {kind!r}")
+        return "mbpp"
+    return "jsonl"
+
+
+def load_sets(kind: str, data: str, train: int | None, val: int | None) -> tuple[list[dspy.Example],
+                                                                                  list[dspy.Example]]:
+    """The training and validation examples `--data` holds for a program of `kind`."""
+    from loops.optimize import datasets
+
+    form = _data_form(kind, data)
+    if form == "mbpp":
         return datasets.mbpp(data, "train", train), datasets.mbpp(data, "validation", val)
-    if datasets.has_splits(data):
+    if form == "jsonl" and datasets.has_splits(data):
         return datasets.jsonl(data, split="train", limit=train), datasets.jsonl(data, split="validation", limit=val)
-    records = datasets.jsonl(data)
-    cut = train if train is not None else max(1, len(records) // 2)
-    return records[:cut], records[cut:cut + val] if val else records[cut:]
+    examples = datasets.builtin(data.removeprefix("builtin:")) if form == "builtin" else datasets.jsonl(data)
+    cut = train if train is not None else max(1, len(examples) // 2)
+    return examples[:cut], examples[cut:cut + val] if val else examples[cut:]
 
 
 def _options(pairs: list[str]) -> dict[str, Any]:
@@ -230,13 +238,9 @@ def load_examples(kind: str, data: str, split: str | None) -> list[dspy.Example]
     """Every example `--data` holds for a program of `kind` (of one split, if given)."""
     from loops.optimize import datasets
 
-    if data.startswith("builtin:"):
+    form = _data_form(kind, data)
+    if form == "builtin":
         return datasets.builtin(data.removeprefix("builtin:"))
-    if not Path(data).is_file():
-        raise ConfigurationError(f"--data {data!r} is not a file: give a JSON-lines file, or builtin:writing, "
-                                 "builtin:goals or builtin:code")
-    if datasets.is_mbpp(data):
-        if kind != "fix":
-            raise ConfigurationError(f"--data {data!r} holds MBPP code tasks: they are for `fix`, not {kind!r}")
+    if form == "mbpp":
         return datasets.mbpp(data, split or "all")
     return datasets.jsonl(data, split=split)

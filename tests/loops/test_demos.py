@@ -5,20 +5,10 @@ from dspy.teleprompt import BootstrapFewShot
 
 from loops import CreatorCriticIterator, ExecuteValidateController, RetryPolicy, Workspace
 from loops.signatures.results import ValidationResult
+from tests.loops.test_optimization import respond as rejects_the_first_draft  # approves only the revision
 from tests.scripted import request_text, scripted_lm
 
 NO_WAIT = RetryPolicy(backoff_s=0)
-
-
-def rejects_the_first_draft(engine, request):
-    text = request_text(request)
-    if "You are the CREATOR" in text:
-        return {"reasoning": "plan", "draft": "first draft"}
-    if "You are the ITERATOR" in text:
-        return {"improved_draft": "second draft"}
-    approved = "second draft" in text.split("[[ ## draft ## ]]")[-1]
-    return {"accuracy_passed": True, "completeness_passed": True, "quality_passed": approved,
-            "feedback": "" if approved else "polish it", "approved": approved}
 
 
 def bootstrap(module, lm, trainset):
