@@ -36,7 +36,8 @@ _ADAPTERS = {"PlainTextAdapter": "loops.adapters", "CompactJSONAdapter": "loops.
 
 def lm_reference(lm: Any) -> str | None:
     """The model string an LM is rebuilt from (`loops.lm.resolve`): `local` for the embedded model,
-    a `dspy.LM`'s model otherwise; None for another kind of LM."""
+    a `dspy.LM`'s model otherwise; None for another kind of LM, and for a model behind a server of one's
+    own (`api_base`): its name alone would send the role's prompts to the provider's public address."""
     from loops.lm import is_embedded
 
     if lm is None:
@@ -45,7 +46,9 @@ def lm_reference(lm: Any) -> str | None:
         return "local"
     import dspy
 
-    return lm.model if isinstance(lm, dspy.LM) else None
+    if not isinstance(lm, dspy.LM) or lm.kwargs.get("api_base") or getattr(lm, "api_base", None):
+        return None
+    return lm.model
 
 
 def encode(value: Any) -> Any:
