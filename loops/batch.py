@@ -4,9 +4,10 @@
 
 - `backend="asyncio"` drives up to `concurrency` loops in this process at once (`program.acall`): the
   loops wait on their LM server, not on each other, so hundreds fit in one process.
-- `backend="ray"` runs each example — its workspace and its test runs — as a task on a Ray worker
-  (`ray.init()` locally, or `address=` of a running cluster), for validators that need more cores than
-  one machine has. Ray is an optional extra (`pip install 'loops[ray]'`).
+- `backend="ray"` runs each example — its workspace and its test runs — on a Ray worker (an actor per
+  cluster CPU, up to `concurrency`, each keeping the program; `ray.init()` locally, or `address=` of a
+  running cluster), for validators that need more cores than one machine has. Ray is an optional extra
+  (`pip install 'loops[ray]'`).
 
 One JSON object per example is appended to `out` as soon as it finishes (id, success, stop reason,
 final, iterations, LM calls, tokens, seconds, warnings; `score` with a `metric`), so a batch that was
@@ -162,21 +163,41 @@ def _ray_batch(program: dspy.Module, lm: Any, pending: list[tuple[str, dict[str,
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network but the cluster's own
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    # Actors that keep the program and the LM: a task per example would ship and unpickle them every time.
+    worker_class = ray.remote(num_cpus=1)(_Worker)
     shared = ray.put((program, _portable(lm), metric))
-    run_one = ray.remote(_run_on_worker)
-    in_flight: dict[Any, str] = {}
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    idle = [worker_class.remote(shared) for _ in range(min(concurrency, cpus, len(pending)))]
+    in_flight: dict[Any, tuple[str, Any]] = {}
     queue = iter(pending)
-    for key, inputs in _take(queue, concurrency):
-        in_flight[run_one.remote(shared, key, inputs)] = key
-    while in_flight:
+    while True:
+        while idle:
+            taken = _take(queue, 1)
+            if not taken:
+                break
+            actor = idle.pop()
+            key, inputs = taken[0]
+            in_flight[actor.run.remote(key, inputs)] = (key, actor)
+        if not in_flight:
+            break
         ready, _ = ray.wait(list(in_flight), num_returns=1)
-        key = in_flight.pop(ready[0])
+        key, actor = in_flight.pop(ready[0])
         try:
             write(ray.get(ready[0]))
-        except Exception as exc:  # the worker itself died: still this example's failure only
+        except Exception as exc:  # the worker itself died: this example's failure only, and a new worker
             write(_failure(key, exc, 0.0))
-        for next_key, inputs in _take(queue, 1):
-            in_flight[run_one.remote(shared, next_key, inputs)] = next_key
+            actor = worker_class.remote(shared)
+        idle.append(actor)
+
+
+class _Worker:
+    """A Ray actor: one example at a time, each in its own workspace, with the program and LM it keeps."""
+
+    def __init__(self, shared: tuple[Any, Any, Any]):
+        self.shared = shared
+
+    def run(self, key: str, inputs: dict[str, Any]) -> dict[str, Any]:
+        return _run_on_worker(self.shared, key, inputs)
 
 
 def _run_on_worker(shared: tuple[Any, Any, Any], key: str, inputs: dict[str, Any]) -> dict[str, Any]:
