@@ -22,7 +22,7 @@ from pathlib import Path
 
 CALLS_PER_LOOP = 2
 SERVER = r'''
-import http.server, json, sys, time
+import http.server, json, socket, sys, time
 LATENCY = float(sys.argv[1])
 FIELDS = {"reasoning": "plan", "draft": "a draft", "accuracy_passed": True, "completeness_passed": True,
           "quality_passed": True, "feedback": "", "approved": True}
@@ -33,6 +33,11 @@ BODY = json.dumps({"id": "1", "object": "chat.completion", "created": 1, "model"
                    "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}).encode()
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    def setup(self):
+        super().setup()
+        # Headers and body go out in two writes: without this, Nagle's algorithm holds the body until the
+        # client's delayed ACK (40 ms), as real LM servers (uvicorn, llama-server) do not.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     def do_POST(self):
         self.rfile.read(int(self.headers.get("content-length", 0)))
         time.sleep(LATENCY)
