@@ -373,14 +373,19 @@ def _dsl_value(text: str) -> Any:
     return text
 
 
-def _bindings(assignments: list[str]) -> dict[str, Any]:
-    bindings = {}
-    for assignment in assignments:
-        name, equals, value = assignment.partition("=")
+def name_value_pairs(items: list[str], option: str, example: str) -> list[tuple[str, str]]:
+    """`name=value` items of a repeatable option, split; one without a name or an `=` is a usage error."""
+    pairs = []
+    for item in items:
+        name, equals, value = item.partition("=")
         if not equals or not name.strip():
-            raise ConfigurationError(f"--set takes name=value, got {assignment!r}")
-        bindings[name.strip()] = _dsl_value(value)
-    return bindings
+            raise ConfigurationError(f"{option} takes name=value (e.g. {option} {example}), got {item!r}")
+        pairs.append((name.strip(), value))
+    return pairs
+
+
+def _bindings(assignments: list[str]) -> dict[str, Any]:
+    return {name: _dsl_value(value) for name, value in name_value_pairs(assignments, "--set", "target=100")}
 
 
 @app.command("run")

@@ -121,15 +121,14 @@ def load_sets(kind: str, data: str, train: int | None, val: int | None) -> tuple
 def _options(pairs: list[str]) -> dict[str, Any]:
     import json
 
+    from loops.cli import name_value_pairs
+
     options = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep or not name.strip():
-            raise ConfigurationError(f"--option {pair!r} is not name=value (e.g. --option max_bootstrapped_demos=2)")
+    for name, text in name_value_pairs(pairs, "--option", "max_bootstrapped_demos=2"):
         try:
-            options[name.strip().replace("-", "_")] = json.loads(text)
+            options[name.replace("-", "_")] = json.loads(text)
         except json.JSONDecodeError:
-            options[name.strip().replace("-", "_")] = text
+            options[name.replace("-", "_")] = text
     return options
 
 

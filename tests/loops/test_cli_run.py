@@ -74,7 +74,8 @@ def test_a_missing_program_or_a_malformed_set_is_a_one_line_usage_error(scripted
     missing = invoke("run", str(tmp_path / "none.sexp"))
     assert missing.exit_code == 2 and missing.stderr.startswith("error: cannot read the DSL program")
     malformed = invoke("run", str(tmp_path / "none.sexp"), "--set", "novalue")
-    assert malformed.exit_code == 2 and "--set takes name=value, got 'novalue'" in malformed.stderr
+    assert malformed.exit_code == 2
+    assert "--set takes name=value (e.g. --set target=100), got 'novalue'" in malformed.stderr
 
 
 @pytest.mark.parametrize("text, value", [

@@ -78,7 +78,7 @@ def test_fix_reads_mbpp_data_train_split_to_optimize_validation_split_to_score(m
     (["optimize", "refine", "--data", "missing.jsonl"], "--data 'missing.jsonl' is not a file"),
     (["optimize", "refine", "--data", "builtin:writing", "--optimizer", "bogus"], "unknown optimizer 'bogus'"),
     (["optimize", "refine", "--data", "builtin:writing", "--out", "x.txt"], "saved as a .json file"),
-    (["optimize", "refine", "--data", "builtin:writing", "--option", "oops"], "is not name=value"),
+    (["optimize", "refine", "--data", "builtin:writing", "--option", "oops"], "--option takes name=value"),
     (["optimize", "direct", "--data", "builtin:goals", "--samples", "2"], "--samples is an option of fix"),
 ])
 def test_mistakes_exit_2_in_one_line_before_any_lm_call(lm, args, message):
