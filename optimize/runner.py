@@ -11,6 +11,7 @@ program (`loops.load(path)` rebuilds it, configuration included) whose `loops.re
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import threading
@@ -30,7 +31,7 @@ from loops.director import DirectorExecutorEvaluatorController
 from loops.errors import ConfigurationError
 from loops.execute_validate import ExecuteValidateController
 from loops.optimize.metrics import creator_critic_metric, director_metric, execute_validate_metric, result_metric
-from loops.optimize.optimizers import build, check
+from loops.optimize.optimizers import OPTIMIZERS, build, check
 
 __all__ = ["Report", "Score", "Stage", "default_metric", "evaluate", "run", "save"]
 
@@ -126,7 +127,7 @@ def run(program: dspy.Module, trainset: Sequence[dspy.Example], valset: Sequence
     trainset, valset = list(trainset), list(valset)
     relay = _Relay(metric)  # the optimizer is built (and its options checked) now, its metric counted later
     teleprompter, compile_settings, settings = build(optimizer, relay, trainset, options)
-    if "valset" in _compile_parameters(teleprompter) and _uses_valset(optimizer):
+    if OPTIMIZERS[optimizer].uses_valset and "valset" in inspect.signature(teleprompter.compile).parameters:
         compile_settings["valset"] = valset
     stages: dict[str, Stage] = {}
     with _Display(progress) as display:
@@ -213,18 +214,6 @@ def _check_lm(program: dspy.Module) -> None:
                                  "embedded offline model) before loops.optimize.run")
 
 
-def _compile_parameters(teleprompter: Any) -> set[str]:
-    import inspect
-
-    return set(inspect.signature(teleprompter.compile).parameters)
-
-
-def _uses_valset(name: str) -> bool:
-    from loops.optimize.optimizers import OPTIMIZERS
-
-    return OPTIMIZERS[name].uses_valset
-
-
 def _score(program: dspy.Module, examples: list[dspy.Example], metric: Callable[..., Any],
            num_threads: int) -> Score:
     evaluate = dspy.Evaluate(devset=examples, metric=metric, num_threads=num_threads, display_progress=False,
@@ -234,6 +223,15 @@ def _score(program: dspy.Module, examples: list[dspy.Example], metric: Callable[
               for _, _, score in result.results]
     return Score(score=sum(scores) / len(scores) if scores else 0.0, solved=sum(score >= 1.0 for score in scores),
                  examples=len(examples), per_example=scores)
+
+
+def _call_metric(metric: Callable[..., Any], example: Any, prediction: Any, trace: Any, pred_name: Any,
+                 pred_trace: Any) -> Any:
+    """A metric called as its caller called ours: scoring (2 arguments), bootstrapping (3), GEPA (5), so a
+    user's two-argument metric still works for every optimizer but GEPA."""
+    if pred_name is None and pred_trace is None:
+        return metric(example, prediction, trace) if trace is not None else metric(example, prediction)
+    return metric(example, prediction, trace, pred_name, pred_trace)
 
 
 class _Relay:
@@ -246,9 +244,7 @@ class _Relay:
 
     def __call__(self, example: Any, prediction: Any, trace: Any = None, pred_name: Any = None,
                  pred_trace: Any = None) -> Any:
-        if pred_name is None and pred_trace is None:
-            return self.target(example, prediction, trace) if trace is not None else self.target(example, prediction)
-        return self.target(example, prediction, trace, pred_name, pred_trace)
+        return _call_metric(self.target, example, prediction, trace, pred_name, pred_trace)
 
 
 class _Usage(BaseCallback):
@@ -307,8 +303,7 @@ class _Display:
                     stage.loop_runs += 1
                     if task is not None:
                         self.progress.update(task, advance=1, calls=usage.calls)
-                    return metric(example, prediction, trace) if trace is not None else metric(example, prediction)
-                return metric(example, prediction, trace, pred_name, pred_trace)
+                return _call_metric(metric, example, prediction, trace, pred_name, pred_trace)
 
             counting.__name__ = getattr(metric, "__name__", "metric")
             return counting
