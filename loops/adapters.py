@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import functools
 import textwrap
+import weakref
 from typing import Any
 
 from dspy.adapters import ChatAdapter, JSONAdapter
@@ -71,6 +75,87 @@ class CompactJSONAdapter(JSONAdapter):
     def user_message_output_requirements(self, signature: type[Signature]) -> str:
         keys = ", ".join(f"`{name}`" for name in signature.output_fields)
         return f"Respond with a JSON object with the keys {keys}."
+
+
+class _HistorylessOnce:
+    """Formats with the signature less its `dspy.History` field built once per signature: DSPy's
+    `Adapter.format` builds it (`Signature.delete`, a new pydantic model: ~0.5 ms, as much as the rest of
+    a role call) on every call of a role that has a history. The system message, a function of the
+    signature alone for the adapters of DSPy and loops (~0.2-0.3 ms), is rendered once per signature too."""
+
+    def format(self, signature: type[Signature], demos: list[dict[str, Any]], inputs: dict[str, Any]) -> Any:
+        return super().format(_deleting_once(signature), demos, inputs)
+
+    def format_system_message(self, signature: type[Signature]) -> str:
+        if not _fixed_system_message(type(self)):
+            return super().format_system_message(signature)
+        return _system_message(type(self), signature, lambda: super(_HistorylessOnce, self).format_system_message(
+            signature))
+
+
+_SYSTEM_MESSAGE_PARTS = ("format_system_message", "format_field_description", "format_field_structure",
+                         "format_task_description")
+
+
+@functools.cache
+def _fixed_system_message(cls: type) -> bool:
+    """Whether `cls` renders the system message as DSPy's and loops' adapters do: from the signature alone.
+    An adapter of one's own that renders any part of it differently is asked every time."""
+    from dspy.adapters import Adapter, XMLAdapter
+
+    ours = {Adapter, ChatAdapter, JSONAdapter, XMLAdapter, CompactJSONAdapter, PlainTextAdapter, _HistorylessOnce}
+    return all(next(klass for klass in cls.__mro__ if name in vars(klass)) in ours for name in _SYSTEM_MESSAGE_PARTS)
+
+
+_system_messages: dict[tuple[type, type], str] = {}
+
+
+def _system_message(cls: type, signature: type[Signature], render: Any) -> str:
+    key = (cls, signature)
+    message = _system_messages.get(key)
+    if message is None:
+        if len(_system_messages) >= 512:  # bounded like `_deleting_once`, whose signatures are the keys here
+            _system_messages.clear()
+        message = _system_messages[key] = render()
+    return message
+
+
+@functools.lru_cache(maxsize=512)  # bounded: optimizers make a new signature per instruction they try
+def _deleting_once(signature: type[Signature]) -> type[Signature]:
+    """`signature` itself, but for `delete`, which builds each smaller signature once."""
+    built: dict[str, type[Signature]] = {}
+
+    def delete(cls: type[Signature], name: str) -> type[Signature]:
+        if name not in built:
+            built[name] = signature.delete(name)
+        return built[name]
+
+    return type(signature)(signature.__name__, (signature,), {
+        "__doc__": signature.__doc__, "__module__": signature.__module__, "delete": classmethod(delete)})
+
+
+_once_classes: dict[type, type] = {}
+_once_twins: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def historyless_once(adapter: Any) -> Any:
+    """`adapter` (a twin of it; the adapter itself is unchanged) for a role with a history: it renders
+    the same messages, with the signature less the history built once per signature, not per call."""
+    if isinstance(adapter, _HistorylessOnce):
+        return adapter
+    try:
+        return _once_twins[adapter]
+    except (KeyError, TypeError):  # TypeError: an adapter that cannot be weakly keyed gets a new twin each call
+        pass
+    cls = type(adapter)
+    once = _once_classes.get(cls)
+    if once is None:
+        once = _once_classes[cls] = type(cls.__name__, (_HistorylessOnce, cls), {"__module__": cls.__module__})
+    twin = copy.copy(adapter)
+    twin.__class__ = once
+    with contextlib.suppress(TypeError):
+        _once_twins[adapter] = twin
+    return twin
 
 
 def _answer_field(signature: type[Signature]) -> str:

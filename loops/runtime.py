@@ -32,6 +32,7 @@ from dspy.utils import exceptions as dspy_errors
 from dspy.utils.usage_tracker import UsageTracker
 
 from loops import checkpoint
+from loops.adapters import historyless_once
 from loops.budget import Budget, RetryPolicy
 from loops.contracts import PhaseContract
 from loops.demos import curate_trace, demos_without_history
@@ -78,6 +79,7 @@ _SETUP_ERRORS = (
 )
 _SETUP_NAMES = frozenset({"AuthenticationError", "PermissionDeniedError", "NotFoundError", "BadRequestError"})
 _LM_ERRORS = (dspy_errors.LMError,)
+_CHAT_ADAPTER = dspy.ChatAdapter()  # DSPy's default, where neither the call nor the context sets one
 
 
 def is_transient(error: BaseException) -> bool:
@@ -422,8 +424,11 @@ class Run:
                 kwargs["config"] = dict(config)
             if adapter is None and dspy.settings.adapter is None:
                 adapter = _default_adapter(lm)
-            if history_field is not None and inner.demos:
-                adapter = demos_without_history(adapter or dspy.settings.adapter or dspy.ChatAdapter())
+            if history_field is not None:
+                adapter = adapter or dspy.settings.adapter or _CHAT_ADAPTER
+                if inner.demos:
+                    adapter = demos_without_history(adapter)
+                adapter = historyless_once(adapter)
             result = yield from self._call(role, target, (), kwargs, inputs, adapter, llm=True)
             self.trace[-1].outputs = dict(result.items())
             self._predictions.append(result)

@@ -1,7 +1,8 @@
 import dspy
 import pytest
 
-from loops.adapters import CompactJSONAdapter, PlainTextAdapter
+from loops.adapters import CompactJSONAdapter, PlainTextAdapter, historyless_once
+from loops.demos import demos_without_history
 from loops.errors import ConfigurationError
 from loops.lm import LlamaEngine, adapter_for
 from loops.signatures import CreatorSignature, CriticSignature
@@ -90,3 +91,41 @@ def test_adapter_for_gives_the_embedded_model_compact_json_and_any_other_lm_none
     embedded = dspy.LM("local/smollm2-135m-instruct", engine=LlamaEngine(llama=object()), cache=False)
     assert isinstance(adapter_for(embedded), CompactJSONAdapter)
     assert adapter_for(embedded) is adapter_for(embedded)  # one instance: the rule is written once
+
+
+# --- a role with a history: the same messages, its smaller signature and system message built once ----------
+
+
+class _MyAdapter(dspy.ChatAdapter):
+    """An adapter of one's own whose system message may change between calls: never rendered once for all."""
+
+    said = 0
+
+    def format_task_description(self, signature):
+        _MyAdapter.said += 1
+        return f"call {_MyAdapter.said}"
+
+
+@pytest.mark.parametrize("adapter", [dspy.ChatAdapter(), dspy.JSONAdapter(), dspy.XMLAdapter(), CompactJSONAdapter()],
+                         ids=lambda adapter: type(adapter).__name__)
+@pytest.mark.parametrize("with_demos", [False, True])
+@pytest.mark.parametrize("signature", [dspy.ChainOfThought(CreatorSignature).predict.signature, CriticSignature],
+                         ids=["creator", "critic"])
+def test_a_history_role_renders_the_same_messages_with_its_signatures_built_once(adapter, with_demos, signature):
+    history = dspy.History(messages=[{**{name: "earlier" for name in signature.fields if name != "history"}}])
+    inputs = {**{name: "now" for name in signature.input_fields}, "history": history}
+    demos = [{name: "demo" for name in signature.fields if name != "history"}] if with_demos else []
+    plain = demos_without_history(adapter) if with_demos else adapter
+    once = historyless_once(plain)
+
+    assert once.format(signature, demos, inputs) == plain.format(signature, demos, inputs)
+    assert once.format(signature, demos, inputs) == plain.format(signature, demos, inputs), "and from the cache"
+    assert isinstance(once, type(adapter)) and type(once).__name__ == type(adapter).__name__
+    assert historyless_once(plain) is once and historyless_once(once) is once, "one twin per adapter"
+
+
+def test_an_adapter_of_ones_own_renders_its_system_message_every_call():
+    once = historyless_once(_MyAdapter())
+    inputs = {"requirements": "r", "draft": "d", "history": dspy.History(messages=[])}
+    first, second = (once.format(CriticSignature, [], inputs)[0]["content"] for _ in range(2))
+    assert first.endswith("call 1") and second.endswith("call 2")

@@ -8,6 +8,7 @@ import asyncio
 import http.server
 import json
 import logging
+import pickle
 import re
 import socket
 import sys
@@ -18,12 +19,15 @@ import dspy
 import pytest
 from typer.testing import CliRunner
 
+import loops.batch
 import loops.lm
 from loops import CreatorCriticIterator
 from loops.adapters import CompactJSONAdapter
 from loops.cli import app
 from loops.errors import ConfigurationError
-from loops.lm import MODEL, REMOTE_MAX_TOKENS, ServerLM, adapter_for, resolve
+from loops.lm import MODEL, REMOTE_MAX_TOKENS, ServerEngine, ServerLM, adapter_for, resolve
+from loops.runtime import is_transient, setup_error
+from loops.saving import lm_reference
 from tests.loops.fake_openai import hosted
 from tests.scripted import scripted_lm
 
@@ -39,6 +43,7 @@ class RecordingServer(http.server.ThreadingHTTPServer):
 
     refuse: frozenset[str] = frozenset()
     failure: str | None = None  # answer every request with this error instead
+    failure_status = 500
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _RecordingHandler)
@@ -78,7 +83,8 @@ class _RecordingHandler(http.server.BaseHTTPRequestHandler):
         refused = (body.get("response_format") or {}).get("type") in self.server.refuse
         if refused or self.server.failure:
             message = self.server.failure or LLAMA_CPP_REFUSAL
-            status, answer = 500, {"error": {"message": message, "type": "internal_server_error"}}
+            status = self.server.failure_status if self.server.failure else 500
+            answer = {"error": {"message": message, "type": "internal_server_error"}}
         else:
             content = _answer(body)
             status, answer = 200, {
@@ -159,8 +165,8 @@ def test_a_served_model_is_a_server_lm_that_takes_a_json_schema(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-meant-for-openai-only")
     lm = resolve("openai/smollm2", api_base="http://127.0.0.1:8080/v1/")
     assert isinstance(lm, ServerLM) and lm.model == "openai/smollm2" and lm.num_retries == 0
-    assert lm.kwargs["api_base"] == "http://127.0.0.1:8080/v1" and lm.engine == "litellm"
-    assert lm.kwargs["api_key"] != "sk-meant-for-openai-only", "the provider's key never goes to another address"
+    assert lm.api_base == "http://127.0.0.1:8080/v1" and isinstance(lm.engine, ServerEngine), "not through LiteLLM"
+    assert "Authorization" not in lm.engine.headers, "the provider's key never goes to another address"
     assert lm.supports_response_schema and "response_format" in lm.supported_params
     assert lm.kwargs["max_tokens"] == REMOTE_MAX_TOKENS
 
@@ -337,7 +343,7 @@ def test_a_failure_that_is_no_refusal_of_the_format_is_raised_after_one_request(
     predict = dspy.Predict(CityQuestion)
     with pytest.raises(dspy.utils.exceptions.LMServerError, match="overloaded"), dspy.context(
             lm=lm, adapter=adapter_for(lm)):
-        predict(question="Capital?")
+        predict(question="Overloaded?")  # a question no earlier test's answer is cached for
     assert server.formats == ["json_schema"], "the loop's RetryPolicy decides about retries, not the LM"
 
 
@@ -354,3 +360,79 @@ def test_cli_adapter_json_makes_every_role_send_the_schema(server, monkeypatch, 
     roles = [json.loads(line)["role"] for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
     assert roles == ["creator", "critic"]
     assert "sk-meant-for-openai-only" not in json.dumps(server.headers)
+
+
+# --- the engine behind ServerLM: its requests, errors, sessions and saved state ---------------------------
+
+LM_ERRORS = dspy.utils.exceptions
+
+
+@hosted
+def test_a_batch_of_loops_shares_one_session_which_closes_with_its_event_loop(server, tmp_path):
+    lm = resolve("openai/smollm2", api_base=server.base_url, adapter="json").copy(cache=False)
+    notes = [{"id": n, "requirements": f"note {n}"} for n in range(12)]
+    with dspy.context(lm=lm):
+        summary = loops.batch.run(CreatorCriticIterator(max_iterations=1), notes, out=tmp_path / "results.jsonl",
+                                  concurrency=6, progress=False)
+
+    assert (summary.succeeded, summary.failed, len(server.bodies)) == (12, 0, 24)
+    assert lm._async_engine_spec._sessions == {}, "closed as asyncio.run finished, not left to the collector"
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert all(record["lm_calls"] == 2 and record["tokens"] == 20 for record in records)
+
+
+@hosted
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize(("status", "raised", "transient", "mistake"), [
+    (500, LM_ERRORS.LMServerError, True, False),
+    (503, LM_ERRORS.LMServerError, True, False),
+    (429, LM_ERRORS.LMRateLimitError, True, False),
+    (504, LM_ERRORS.LMTimeoutError, True, False),
+    (401, LM_ERRORS.LMAuthError, False, True),
+    (404, LM_ERRORS.LMUnsupportedModelError, False, True),
+    (400, LM_ERRORS.LMInvalidRequestError, False, False),
+])
+async def test_an_error_answer_is_the_dspy_error_the_retry_policy_reads(server, asynchronous, status, raised,
+                                                                        transient, mistake):
+    server.failure, server.failure_status = "no luck", status
+    lm = resolve("openai/smollm2", api_base=server.base_url).copy(cache=False)
+    with pytest.raises(raised, match="no luck") as caught:
+        await lm.acall("Hi") if asynchronous else lm("Hi")
+    assert (is_transient(caught.value), setup_error(caught.value) is not None) == (transient, mistake)
+    assert len(server.bodies) == 1
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_a_server_that_is_not_there_is_a_transient_transport_error(asynchronous):
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    lm = resolve("openai/smollm2", api_base=f"http://127.0.0.1:{port}/v1").copy(cache=False)
+    with pytest.raises(LM_ERRORS.LMTransportError) as caught:
+        await lm.acall("Hi") if asynchronous else lm("Hi")
+    assert is_transient(caught.value)
+
+
+def test_a_saved_server_lm_keeps_its_address_but_never_its_key(monkeypatch):
+    monkeypatch.setenv("LOOPS_TEST_KEY", "sk-for-this-server")
+    lm = resolve("openai/smollm2", api_base="http://127.0.0.1:8080/v1", api_key_env="LOOPS_TEST_KEY", max_tokens=99)
+    state = lm.dump_state()
+    assert "sk-for-this-server" not in json.dumps(state)
+    loaded = dspy.BaseLM.load_state(state, allow_custom_lm_class=True)
+    assert isinstance(loaded, ServerLM) and (loaded.api_base, loaded.kwargs["max_tokens"]) == (lm.api_base, 99)
+    assert "Authorization" not in loaded.engine.headers
+    assert lm_reference(lm) is None, "a program saved with it names no model that would reach the provider"
+
+    shipped = pickle.loads(pickle.dumps(lm))  # to a Ray worker, which makes the requests: the key goes along
+    assert shipped.engine.headers["Authorization"] == "Bearer sk-for-this-server"
+    assert shipped._async_engine_spec.sync is shipped.engine and shipped.api_base == lm.api_base
+
+
+def test_the_environments_proxy_for_the_server_is_looked_up_once_per_session_as_httpx_reads_it(monkeypatch):
+    for name in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert loops.lm._env_proxy("http://10.0.0.5:8000/v1/chat/completions") is None
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
+    assert loops.lm._env_proxy("http://10.0.0.5:8000/v1/chat/completions") == "http://proxy.internal:3128"
+    monkeypatch.setenv("NO_PROXY", "10.0.0.5,localhost")
+    assert loops.lm._env_proxy("http://10.0.0.5:8000/v1/chat/completions") is None
