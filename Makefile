@@ -22,6 +22,9 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # llama-cpp-python compiles from source the first time (about 6-8 minutes on 2 cores); pip caches the wheel.
+# A portable build (AVX2, not -march=native): a native build on a VM whose CPU reports AMX it cannot run
+# dies with SIGILL at the first generation, and a cached wheel may be reused on another machine.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 $(VENV)/.installed-local: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[local]'
 	touch $@
