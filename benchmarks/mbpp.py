@@ -65,7 +65,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 # `sNiM` (e.g. s4i3): the embedded defaults with samples=N and max_iterations=M, for tuning.
 _TUNED = re.compile(r"s(\d+)i(\d+)$")
-# `passk`: --k independent samples per task at PASSK_TEMPERATURE, each tested; for the pass@k curve.
+# `passk`: --k independent samples per task at --temperature (default PASSK_TEMPERATURE, the loop's
+# FRESH_TEMPERATURE), each tested; for the pass@k curve.
 PASSK_TEMPERATURE = 0.7
 
 
@@ -186,8 +187,8 @@ def make_module(config: str, workspace: Any, validator: Any, task_timeout_s: flo
                                      budget=Budget(max_iterations=iterations, timeout_s=task_timeout_s), **options)
 
 
-def sample_task(task: dict[str, Any], k: int) -> dict[str, Any]:
-    """`k` independent answers at PASSK_TEMPERATURE to the loop's first request (the prompt and the
+def sample_task(task: dict[str, Any], k: int, temperature: float = PASSK_TEMPERATURE) -> dict[str, Any]:
+    """`k` independent answers at `temperature` to the loop's first request (the prompt and the
     interface read from the tests), each extracted, aliased to the tests' names and tested."""
     import dspy
 
@@ -209,11 +210,11 @@ def sample_task(task: dict[str, Any], k: int) -> dict[str, Any]:
         with dspy.context(adapter=PLAIN_TEXT):
             answer = executor(task=request.task(), target_file="solution.py", file_context="",
                               history=dspy.History(messages=[]),
-                              config={"temperature": PASSK_TEMPERATURE, "rollout_id": rollout})
+                              config={"temperature": temperature, "rollout_id": rollout})
         code, aliases = align_names(extract_code(answer.code or ""), request.expected_names)
         check = check_code(code, task)
         samples.append({"passed": check.ok, "category": failure_category(check), "aliases": aliases, "code": code})
-    return {"config": "passk", "task_id": task["task_id"], "k": k, "temperature": PASSK_TEMPERATURE,
+    return {"config": "passk", "task_id": task["task_id"], "k": k, "temperature": temperature,
             "passed": any(sample["passed"] for sample in samples),
             "passes": sum(sample["passed"] for sample in samples), "lm_calls": k,
             "seconds": round(time.monotonic() - started, 2),
@@ -237,7 +238,7 @@ def passk_curve(records: list[dict[str, Any]]) -> dict[int, float]:
 
 def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = None) -> dict[str, Any]:
     from loops import PytestValidator, Workspace
-    from loops.execute_validate import extract_code
+    from loops.python_code import extract_code
 
     with Workspace() as workspace:
         workspace.write({TEST_FILE: build_test_file(task)})
@@ -401,7 +402,7 @@ def run(args: argparse.Namespace) -> None:
                     continue
                 try:
                     if config == "passk":
-                        record = {**sample_task(task, args.k), "adapter": args.adapter}
+                        record = {**sample_task(task, args.k, args.temperature), "adapter": args.adapter}
                     else:
                         record = {**run_task(config, task, args.task_timeout), "adapter": args.adapter}
                 except Exception as exc:  # keep going: one broken task must not end the benchmark
@@ -426,8 +427,10 @@ def print_curve(records: list[dict[str, Any]]) -> None:
     curve = passk_curve(records)
     if not curve:
         return
-    tasks = sum(1 for record in records if record["config"] == "passk" and "passes" in record)
-    print(f"pass@k over {tasks} tasks at temperature {PASSK_TEMPERATURE} (unbiased estimator):")
+    mine = [record for record in records if record["config"] == "passk" and "passes" in record]
+    tasks = len(mine)
+    temperatures = ", ".join(str(value) for value in sorted({record.get("temperature") for record in mine}))
+    print(f"pass@k over {tasks} tasks at temperature {temperatures} (unbiased estimator):")
     for k, solved in curve.items():
         print(f"  k={k}: {solved:.2f} tasks ({solved / tasks:.1%})")
 
@@ -442,6 +445,8 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"comma list of {', '.join(CONFIGS)}, passk (the pass@k samples) or sNiM "
                              "(the embedded defaults with samples=N, max_iterations=M)")
     parser.add_argument("--k", type=int, default=8, help="samples per task of the passk config (default: 8)")
+    parser.add_argument("--temperature", type=float, default=PASSK_TEMPERATURE,
+                        help="sampling temperature of the passk config (default: %(default)s)")
     parser.add_argument("--out", default="/tmp/mbpp.jsonl", help="JSON-lines file records are appended to")
     parser.add_argument("--adapter", choices=("model", "json"), default="model",
                         help="the context adapter (the executor always answers in plain text): model = the one "

@@ -293,6 +293,9 @@ def fix(
     samples: Annotated[int | None, typer.Option(min=1, max=100, help=(
         "Candidates per iteration, each run through the tests; the best is kept [default: several on the "
         "embedded model, else 1]"))] = None,
+    examples: Annotated[bool | None, typer.Option("--examples/--no-examples", help=(
+        "Show every second candidate worked examples of small tasks solved [default: on the embedded model, "
+        "else no]"))] = None,
     analyst: Annotated[bool | None, typer.Option("--analyst/--no-analyst", help=(
         "Ask the analyst LLM for the next instruction after failing tests [default: not on the embedded "
         "model, else yes]"))] = None,
@@ -322,8 +325,8 @@ def fix(
     if max_iterations is None and program is None:
         max_iterations = code_loop_defaults(lm).max_iterations
     module = load_program("fix", program, max_iterations=max_iterations, workspace=workspace,
-                          policy=policy.value if policy else None, samples=samples, analyst=analyst,
-                          target_file=target_file)
+                          policy=policy.value if policy else None, samples=samples, examples=examples,
+                          analyst=analyst, target_file=target_file)
     initial_input = {"prompt": task, "files": list(files or []), "target_file": target_file}
     result, seconds = _run_with_progress(module, lm, trace, initial_input=initial_input,
                                          test_command=test_command,

@@ -13,6 +13,7 @@ callable (sync or async), which gets the contract's arguments positionally.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePath
@@ -24,11 +25,9 @@ from loops.adapters import PlainTextAdapter
 from loops.contracts import EXECUTE_VALIDATE, as_validation, decision, files_of, passed
 from loops.errors import ConfigurationError, RoleFailed
 from loops.module import LoopModule
-
-# The Python helpers live in loops.python_code; re-exported here until the lead removes these names.
-from loops.python_code import (  # noqa: F401
+from loops.python_code import (
+    WORKED_EXAMPLES,
     align_names,
-    defined_functions,
     extract_code,
     failure_digest,
     names_the_tests_miss,
@@ -87,6 +86,17 @@ def _next_request(current_input: Any, validation: ValidationResult, code: str, d
     return CodeRequest.of(current_input).retry(feedback, names_the_tests_miss(validation, code))
 
 
+@functools.cache
+def _worked_examples() -> tuple[dspy.Example, ...]:
+    return tuple(dspy.Example(task=task, target_file="solution.py", file_context="", code=code, notes="")
+                 .with_inputs("task", "target_file", "file_context") for task, code in WORKED_EXAMPLES)
+
+
+def worked_examples() -> list[dspy.Example]:
+    """`WORKED_EXAMPLES` as demos of the built-in executor."""
+    return list(_worked_examples())
+
+
 class ExecuteValidateController(LoopModule):
     """Execute a task, validate the result by running a test command, and let a controller decide.
 
@@ -107,12 +117,16 @@ class ExecuteValidateController(LoopModule):
     history); each new candidate is written and validated in turn, the iteration stops at the first
     that passes and goes on with the best. An iteration whose candidates were all tried before ends
     the run with `stop_reason="no_progress"` (under `auto`, only once fresh samples repeat too).
+    With `examples=True` every second chain is shown worked examples (`WORKED_EXAMPLES`: small tasks
+    and the code that passes their tests) as demos, and the first of them draws greedily too: a
+    different prompt is another candidate as good as the first. An executor with demos of its own
+    (an optimized one) is shown those instead.
 
-    Left unset, `policy`, `samples` and `analyst` follow the model that runs
+    Left unset, `policy`, `samples`, `examples` and `analyst` follow the model that runs
     (`loops.lm.code_loop_defaults`, decided at call time from the executor's or the analyst's own LM,
-    else the context's): for the embedded model `auto`, several samples and no analyst (it misreads
-    test output; the tests' digest serves it better); for any other model `repair`, one sample and
-    the analyst.
+    else the context's): for the embedded model `auto`, several samples, worked examples and no
+    analyst (it misreads test output; the tests' digest serves it better); for any other model
+    `repair`, one sample and the analyst.
 
     The built-in executor's input is a str (the prompt) or a dict with a `prompt` str and optional
     `files`, `target_file`, `expected_names`, `feedback` (see `CodeRequest`); it answers in plain
@@ -137,6 +151,7 @@ class ExecuteValidateController(LoopModule):
         target_file: str = "solution.py",
         policy: Policy | None = None,
         samples: int | None = None,
+        examples: bool | None = None,
         analyst: bool | None = None,
         validator_timeout_s: float = 60.0,
         executor_adapter: dspy.Adapter | None = PLAIN_TEXT,
@@ -147,6 +162,8 @@ class ExecuteValidateController(LoopModule):
             raise ConfigurationError(f"policy must be 'repair', 'fresh', 'auto' or None (by model), got {policy!r}")
         if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int) or samples < 1):
             raise ConfigurationError(f"samples must be an int >= 1 or None (by model), got {samples!r}")
+        if examples not in (None, True, False):
+            raise ConfigurationError(f"examples must be True, False or None (by model), got {examples!r}")
         if analyst not in (None, True, False):
             raise ConfigurationError(f"analyst must be True, False or None (by model), got {analyst!r}")
         if analyst and controller is not None:
@@ -156,6 +173,7 @@ class ExecuteValidateController(LoopModule):
             raise ConfigurationError(f"target_file must be a relative path, got {target_file!r}")
         self.policy = policy
         self.samples = samples
+        self.examples = examples
         self.analyst_choice = analyst
         self.target_file = target_file
         self.workspace = workspace
@@ -182,15 +200,16 @@ class ExecuteValidateController(LoopModule):
         return await self._aforward(limits, initial_input=initial_input, test_command=test_command)
 
     def settings(self) -> dict[str, Any]:
-        """The policy, samples per iteration and analyst use a run started now would have: the
-        explicit choices, else `loops.lm.code_loop_defaults` of the model each role runs on."""
+        """The policy, samples per iteration, worked examples and analyst use a run started now would
+        have: the explicit choices, else `loops.lm.code_loop_defaults` of the model each role runs on."""
         from loops.lm import code_loop_defaults  # the one rule for what each kind of model is given
 
         defaults = code_loop_defaults(self._lm_of("executor"))
         analyst = self._has_analyst and (self.analyst_choice if self.analyst_choice is not None
                                          else code_loop_defaults(self._lm_of("analyst")).analyst)
+        examples = self.examples if self.examples is not None else defaults.examples
         return {"policy": self.policy or defaults.policy, "samples": self.samples or defaults.samples,
-                "analyst": analyst}
+                "examples": examples, "analyst": analyst}
 
     def _lm_of(self, role: str) -> Any:
         predictor, _ = predictor_of(getattr(self, role, None))
@@ -247,7 +266,7 @@ class ExecuteValidateController(LoopModule):
                 written = None
                 for chain in range(samples):
                     result, prediction = yield from self._execute(run, workspace, current, iteration, chain,
-                                                                  samples, fresh[chain])
+                                                                  samples, fresh[chain], settings["examples"])
                     code = _code_of(result) if self._builtin_executor else None
                     repeated[chain] = code is not None and code in tried
                     if repeated[chain]:
@@ -298,16 +317,21 @@ class ExecuteValidateController(LoopModule):
         return validator
 
     def _execute(self, run: Run, workspace: Workspace, current: Any, iteration: int, chain: int, samples: int,
-                 fresh: bool) -> Program:
+                 fresh: bool, examples: bool) -> Program:
         """One candidate: the executor's result, and the prediction it came from (None for a custom phase)."""
         if not self._builtin_executor:
             return (yield from run.call_phase("executor", current_input=current, iteration=iteration)), None
         request = CodeRequest.of(current)
         role = "executor" if chain == 0 else f"executor.{chain + 1}"
-        config = None
+        config = demos = None
         if fresh:
             run.forget(role)
-        if fresh or chain:  # a distinct rollout: another request would get the same answer
+        if examples and chain % 2 == 1:
+            executor, _ = predictor_of(self.executor)
+            demos = None if executor is not None and executor.demos else worked_examples()
+        # A distinct rollout, unless worked examples make this prompt another: the same request would
+        # get the same answer.
+        if fresh or chain > (1 if examples else 0):
             config = {"temperature": FRESH_TEMPERATURE, "rollout_id": (iteration - 1) * samples + chain + 1}
         target = request.target_file or self.target_file
         context = workspace.read(list(request.files))
@@ -316,6 +340,7 @@ class ExecuteValidateController(LoopModule):
             config=config,
             adapter=self.executor_adapter,
             predictor=self.executor,
+            demos=demos,
             task=request.task(),
             target_file=target,
             file_context="\n\n".join(f"# {path}\n{text}" for path, text in context.items()),

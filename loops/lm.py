@@ -340,18 +340,20 @@ def default_history_window(lm: object) -> int | None:
 class CodeLoopDefaults:
     """How the Execute–Validate–Controller loop (and `loops fix`) runs on a kind of model when the
     caller does not say: `policy`, whether the built-in controller asks the analyst LLM, candidates per
-    iteration (`samples`) and, for `loops fix`, `max_iterations`."""
+    iteration (`samples`), whether some are shown worked examples (`examples`) and, for `loops fix`,
+    `max_iterations`."""
 
     policy: str
     analyst: bool
     samples: int
     max_iterations: int
+    examples: bool = False
 
 
 # The embedded 135M model misreads every failing test run (the tests' digest serves it better), and
 # repairs by repeating itself; what it gains comes from several samples checked by the tests. Chosen
 # from the pass@k curve on MBPP's train split, within ~2 minutes per task on 2 cores (benchmarks/README.md).
-EMBEDDED_CODE_LOOP = CodeLoopDefaults(policy="auto", analyst=False, samples=4, max_iterations=2)
+EMBEDDED_CODE_LOOP = CodeLoopDefaults(policy="auto", analyst=False, samples=4, max_iterations=2, examples=True)
 HOSTED_CODE_LOOP = CodeLoopDefaults(policy="repair", analyst=True, samples=1, max_iterations=4)
 
 

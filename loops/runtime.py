@@ -398,14 +398,14 @@ class Run:
     # What patterns call -------------------------------------------------------------------------
 
     def call(self, role: str, config: dict[str, Any] | None = None, adapter: dspy.Adapter | None = None,
-             predictor: Any = None, **inputs: Any) -> Program:
+             predictor: Any = None, demos: list[dspy.Example] | None = None, **inputs: Any) -> Program:
         """Call the LLM role `role` (the module's attribute, or `predictor`) with keyword `inputs` plus that
         role's own history; returns its prediction.
 
-        `config` is passed to the predictor (e.g. a temperature) and `adapter` replaces the context's
-        adapter for this call; neither appears in the trace. Retries transient failures and
-        unparseable answers per the retry policy; raises `LimitReached` when the budget is spent and
-        `RoleFailed` when the role fails for good.
+        `config` is passed to the predictor (e.g. a temperature), `adapter` replaces the context's
+        adapter and `demos` the predictor's own demos for this call; none of them appears in the trace.
+        Retries transient failures and unparseable answers per the retry policy; raises `LimitReached`
+        when the budget is spent and `RoleFailed` when the role fails for good.
         """
         target = predictor if predictor is not None else getattr(self.module, role)
         inner, history_field = predictor_of(target)
@@ -422,11 +422,13 @@ class Run:
                 kwargs[history_field] = dspy.History(messages=self._shown_turns(role))
             if config:
                 kwargs["config"] = dict(config)
+            if demos is not None:
+                kwargs["demos"] = list(demos)
             if adapter is None and dspy.settings.adapter is None:
                 adapter = _default_adapter(lm)
             if history_field is not None:
                 adapter = adapter or dspy.settings.adapter or _CHAT_ADAPTER
-                if inner.demos:
+                if inner.demos or demos:
                     adapter = demos_without_history(adapter)
                 adapter = historyless_once(adapter)
             result = yield from self._call(role, target, (), kwargs, inputs, adapter, llm=True)

@@ -7,6 +7,7 @@ import pytest
 import loops
 from loops import ConfigurationError, ExecuteValidateController, RetryPolicy, Workspace
 from loops.lm import EMBEDDED_CODE_LOOP, HOSTED_CODE_LOOP, LlamaEngine, code_loop_defaults, local_lm
+from loops.python_code import WORKED_EXAMPLES
 from loops.runtime import STOP_REASONS
 from loops.signatures.results import ValidationResult
 from tests.scripted import AsyncScriptedEngine, ScriptedEngine, calls, request_text, scripted_lm
@@ -46,26 +47,26 @@ def test_the_defaults_follow_the_kind_of_model():
     assert code_loop_defaults(local_lm()) == EMBEDDED_CODE_LOOP  # the model loads lazily: nothing runs
     assert code_loop_defaults(scripted_lm([])) == HOSTED_CODE_LOOP
     assert (EMBEDDED_CODE_LOOP.analyst, EMBEDDED_CODE_LOOP.policy) == (False, "auto")
-    assert EMBEDDED_CODE_LOOP.samples > 1
-    assert (HOSTED_CODE_LOOP.policy, HOSTED_CODE_LOOP.analyst, HOSTED_CODE_LOOP.samples) == ("repair", True, 1)
+    assert EMBEDDED_CODE_LOOP.samples > 1 and EMBEDDED_CODE_LOOP.examples
+    assert (HOSTED_CODE_LOOP.policy, HOSTED_CODE_LOOP.analyst, HOSTED_CODE_LOOP.samples,
+            HOSTED_CODE_LOOP.examples) == ("repair", True, 1, False)
 
 
 def test_the_module_settles_its_choices_at_call_time_from_the_lm_that_runs():
     module = ExecuteValidateController()
-    embedded = {"policy": EMBEDDED_CODE_LOOP.policy, "samples": EMBEDDED_CODE_LOOP.samples, "analyst": False}
+    embedded = {"policy": EMBEDDED_CODE_LOOP.policy, "samples": EMBEDDED_CODE_LOOP.samples, "examples": True}
     with dspy.context(lm=local_lm()):
-        assert module.settings() == embedded
+        assert module.settings() == {**embedded, "analyst": False}
     with dspy.context(lm=scripted_lm([])):
-        assert module.settings() == {"policy": "repair", "samples": 1, "analyst": True}
+        assert module.settings() == {"policy": "repair", "samples": 1, "examples": False, "analyst": True}
         module.executor.set_lm(local_lm())  # a role's own LM outranks the context's
-        assert module.settings() == {"policy": EMBEDDED_CODE_LOOP.policy, "samples": EMBEDDED_CODE_LOOP.samples,
-                                     "analyst": True}
+        assert module.settings() == {**embedded, "analyst": True}
 
 
 def test_every_choice_can_be_made_explicitly():
-    module = ExecuteValidateController(policy="fresh", samples=2, analyst=True)
+    module = ExecuteValidateController(policy="fresh", samples=2, examples=False, analyst=True)
     with dspy.context(lm=local_lm()):
-        assert module.settings() == {"policy": "fresh", "samples": 2, "analyst": True}
+        assert module.settings() == {"policy": "fresh", "samples": 2, "examples": False, "analyst": True}
     # Only the roles that may run are built: no analyst without it, none beside a custom controller.
     assert "analyst" not in dict(ExecuteValidateController(analyst=False).named_predictors())
     assert "analyst" not in dict(ExecuteValidateController(controller=loops.tests_controller).named_predictors())
@@ -132,6 +133,40 @@ def test_n_candidates_are_drawn_all_traced_and_the_best_is_kept(tmp_path):
     assert (result.stop_reason, result.success, result.lm_calls) == ("max_iterations", False, 3)
     # The first is the policy's own attempt; the others are distinct rollouts at a temperature.
     assert temperatures(lm)[1:] == [0.7, 0.7]
+
+
+def test_every_second_candidate_sees_worked_examples_and_the_first_of_them_is_greedy(tmp_path):
+    one, two, three = (f"def Split(xs):\n    return {n}\n" for n in (1, 2, 3))
+    lm = scripted_lm([one, two, three])
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), samples=3, examples=True, max_iterations=1,
+                                       validator=scored(tmp_path, {one: 0, two: 1, three: 0}),
+                                       controller=loops.tests_controller, retry=NO_WAIT)
+
+    with dspy.context(lm=lm):
+        result = module(initial_input="write Split", test_command="pytest")
+
+    example_task, example_code = WORKED_EXAMPLES[0]
+    shown = [example_code.strip() in request_text(request) for request in lm.engine.requests]
+    assert shown == [False, True, False]
+    assert temperatures(lm) == [None, None, 0.7]  # another prompt is another candidate: greedy still
+    assert result.final.content == two
+    assert all(example_task not in str(step.inputs) for step in result.trace)  # demos are not the run's inputs
+    assert "demos" not in result.histories["executor.2"].messages[0]
+
+
+def test_an_executor_with_demos_of_its_own_is_shown_those_instead(tmp_path):
+    lm = scripted_lm([BAD, BAD])
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), samples=2, examples=True, max_iterations=1,
+                                       validator=scored(tmp_path, {BAD: 1}), controller=loops.tests_controller,
+                                       retry=NO_WAIT)
+    module.executor.demos = [dspy.Example(task="write Echo", target_file="solution.py", file_context="",
+                                          code="def Echo(x):\n    return x\n", notes="")]
+
+    with dspy.context(lm=lm):
+        module(initial_input="write Split", test_command="pytest")
+
+    assert all("def Echo(x)" in request_text(request) for request in lm.engine.requests)
+    assert not any(WORKED_EXAMPLES[0][1].strip() in request_text(request) for request in lm.engine.requests)
 
 
 def test_the_first_passing_candidate_ends_the_iteration(tmp_path):
