@@ -134,7 +134,6 @@ def _deleting_once(signature: type[Signature]) -> type[Signature]:
         "__doc__": signature.__doc__, "__module__": signature.__module__, "delete": classmethod(delete)})
 
 
-_once_classes: dict[type, type] = {}
 _once_twins: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
@@ -147,14 +146,26 @@ def historyless_once(adapter: Any) -> Any:
         return _once_twins[adapter]
     except (KeyError, TypeError):  # TypeError: an adapter that cannot be weakly keyed gets a new twin each call
         pass
-    cls = type(adapter)
-    once = _once_classes.get(cls)
-    if once is None:
-        once = _once_classes[cls] = type(cls.__name__, (_HistorylessOnce, cls), {"__module__": cls.__module__})
-    twin = copy.copy(adapter)
-    twin.__class__ = once
+    twin = mixed_in(adapter, _HistorylessOnce)
     with contextlib.suppress(TypeError):
         _once_twins[adapter] = twin
+    return twin
+
+
+_mixed_classes: dict[tuple[type, type], type] = {}
+
+
+def mixed_in(adapter: Any, mixin: type) -> Any:
+    """A copy of `adapter` whose class puts `mixin` first (the adapter itself is unchanged): how loops
+    changes one step of any adapter's rendering, DSPy's or a user's. Each class is built once."""
+    if isinstance(adapter, mixin):
+        return adapter
+    cls = type(adapter)
+    mixed = _mixed_classes.get((mixin, cls))
+    if mixed is None:
+        mixed = _mixed_classes[(mixin, cls)] = type(cls.__name__, (mixin, cls), {"__module__": cls.__module__})
+    twin = copy.copy(adapter)
+    twin.__class__ = mixed
     return twin
 
 

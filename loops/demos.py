@@ -22,12 +22,13 @@ curated; DSPy's global default trace is left alone.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
 import dspy
 from dspy.dsp.utils.settings import main_thread_config
+
+from loops.adapters import mixed_in
 
 __all__ = ["curate_trace", "demos_without_history", "history_field"]
 
@@ -79,17 +80,6 @@ class _DemosWithoutHistory:
         return super().format_demos(signature, demos)
 
 
-_renderers: dict[type, type] = {}
-
-
 def demos_without_history(adapter: dspy.Adapter) -> dspy.Adapter:
     """`adapter`, rendering demos without the history field (a copy; the adapter itself is unchanged)."""
-    if isinstance(adapter, _DemosWithoutHistory):
-        return adapter
-    cls = type(adapter)
-    renderer = _renderers.get(cls)
-    if renderer is None:
-        renderer = _renderers[cls] = type(cls.__name__, (_DemosWithoutHistory, cls), {"__module__": cls.__module__})
-    twin = copy.copy(adapter)
-    twin.__class__ = renderer
-    return twin
+    return mixed_in(adapter, _DemosWithoutHistory)
