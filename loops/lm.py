@@ -351,8 +351,9 @@ class CodeLoopDefaults:
 
 
 # The embedded 135M model misreads every failing test run (the tests' digest serves it better), and
-# repairs by repeating itself; what it gains comes from several samples checked by the tests. Chosen
-# from the pass@k curve on MBPP's train split, within ~2 minutes per task on 2 cores (benchmarks/README.md).
+# repairs by repeating itself; what it gains comes from different candidates checked by the tests: greedy
+# and sampled, with and without worked examples, which pass different tasks. Chosen on MBPP's train split
+# (pass@k flattens after 4 samples), within ~2 minutes per task on 2 cores (benchmarks/README.md).
 EMBEDDED_CODE_LOOP = CodeLoopDefaults(policy="auto", analyst=False, samples=4, max_iterations=2, examples=True)
 HOSTED_CODE_LOOP = CodeLoopDefaults(policy="repair", analyst=True, samples=1, max_iterations=4)
 
