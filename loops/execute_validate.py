@@ -329,9 +329,9 @@ class ExecuteValidateController(LoopModule):
         if examples and chain % 2 == 1:
             executor, _ = predictor_of(self.executor)
             demos = None if executor is not None and executor.demos else worked_examples()
-        # A distinct rollout, unless worked examples make this prompt another: the same request would
-        # get the same answer.
-        if fresh or chain > (1 if examples else 0):
+        # A distinct rollout, unless worked examples make this prompt another (the first chain shown
+        # them): the same request would get the same answer.
+        if fresh or (chain and not (chain == 1 and demos is not None)):
             config = {"temperature": FRESH_TEMPERATURE, "rollout_id": (iteration - 1) * samples + chain + 1}
         target = request.target_file or self.target_file
         context = workspace.read(list(request.files))

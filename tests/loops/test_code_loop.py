@@ -167,6 +167,7 @@ def test_an_executor_with_demos_of_its_own_is_shown_those_instead(tmp_path):
 
     assert all("def Echo(x)" in request_text(request) for request in lm.engine.requests)
     assert not any(WORKED_EXAMPLES[0][1].strip() in request_text(request) for request in lm.engine.requests)
+    assert temperatures(lm) == [None, 0.7]  # the same prompt again: only a sample can differ
 
 
 def test_the_first_passing_candidate_ends_the_iteration(tmp_path):
