@@ -87,14 +87,10 @@ def _next_request(current_input: Any, validation: ValidationResult, code: str, d
 
 
 @functools.cache
-def _worked_examples() -> tuple[dspy.Example, ...]:
+def worked_examples() -> tuple[dspy.Example, ...]:
+    """`WORKED_EXAMPLES` as demos of the built-in executor (`Run.call` copies them into each call)."""
     return tuple(dspy.Example(task=task, target_file="solution.py", file_context="", code=code, notes="")
                  .with_inputs("task", "target_file", "file_context") for task, code in WORKED_EXAMPLES)
-
-
-def worked_examples() -> list[dspy.Example]:
-    """`WORKED_EXAMPLES` as demos of the built-in executor."""
-    return list(_worked_examples())
 
 
 class ExecuteValidateController(LoopModule):

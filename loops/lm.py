@@ -66,7 +66,8 @@ REPEAT_PENALTY = 1.1  # enough to break the small model's loops, too little to g
 # LOOPS_LLAMA_THREADS overrides it, e.g. for a benchmark on an otherwise idle machine.
 _THREADS = int(os.environ.get("LOOPS_LLAMA_THREADS") or max(1, (os.cpu_count() or 2) // 2))
 _INSTALL_HINT = "pip install 'loops[local]'"
-_SAMPLING = ("temperature", "top_p", "top_k", "seed", "frequency_penalty", "presence_penalty")  # same names both sides
+# Sampling settings by the same names in DSPy's request config, llama.cpp and OpenAI-compatible servers.
+_SAMPLING = ("temperature", "top_p", "top_k", "seed", "frequency_penalty", "presence_penalty")
 _ROLES = {"developer": "system", "tool": "user"}  # roles SmolLM2's chat template does not know
 
 _model = None
@@ -127,15 +128,18 @@ def _close_shared_model() -> None:
 
 
 def _chat_messages(request: Request) -> list[dict[str, str]]:
-    def text_of(parts) -> str:
-        return "".join(part.text for part in parts if isinstance(part, TextPart))
+    return _messages(request, _ROLES, lambda parts: "".join(part.text for part in parts if isinstance(part, TextPart)))
 
+
+def _messages(request: Request, roles: dict[str, str], text_of: Any) -> list[dict[str, str]]:
+    """A request's system text and messages as chat-completion messages: roles renamed by `roles`, each
+    message's parts joined to one text by `text_of`."""
     messages = []
     if request.system is not None:
         system = request.system if isinstance(request.system, str) else text_of(request.system)
         messages.append({"role": "system", "content": system})
     for message in request.messages:
-        messages.append({"role": _ROLES.get(message.role, message.role), "content": text_of(message.parts)})
+        messages.append({"role": roles.get(message.role, message.role), "content": text_of(message.parts)})
     return messages
 
 
@@ -519,8 +523,6 @@ _SCHEMA_SPELLINGS = ("json_schema", "json_object", "none")
 _schema_spelling: dict[str, str] = {}
 _warned_servers: set[str] = set()
 SERVER_TIMEOUT_S = 600.0  # per request, as LiteLLM's default: a slow server's long answer is no failure
-# The sampling settings an OpenAI-compatible server takes by the same names as DSPy's request config.
-_SERVER_SAMPLING = ("temperature", "top_p", "top_k", "seed", "frequency_penalty", "presence_penalty")
 
 
 class ServerLM(dspy.LM):
@@ -561,7 +563,7 @@ class ServerEngine:
     supports_response_schema = True
     supports_function_calling = False
     supports_reasoning = False
-    supported_params = frozenset({"response_format", "max_tokens", "stop", *_SERVER_SAMPLING})
+    supported_params = frozenset({"response_format", "max_tokens", "stop", *_SAMPLING})
 
     def __init__(self, api_base: str, api_key: str | None = None):
         self.api_base = api_base
@@ -592,7 +594,7 @@ class ServerEngine:
         body: dict[str, Any] = {"model": _served_model(request.model), "messages": _server_messages(request)}
         if config.max_tokens is not None:
             body["max_tokens"] = config.max_tokens
-        for name in _SERVER_SAMPLING:
+        for name in _SAMPLING:
             value = getattr(config, name)
             if value is not None:
                 body[name] = value
@@ -811,14 +813,7 @@ def _server_messages(request: Request) -> list[dict[str, str]]:
             texts.append(part.text)
         return "".join(texts)
 
-    messages = []
-    if request.system is not None:
-        system = request.system if isinstance(request.system, str) else text_of(request.system)
-        messages.append({"role": "system", "content": system})
-    for message in request.messages:
-        role = "system" if message.role == "developer" else message.role
-        messages.append({"role": role, "content": text_of(message.parts)})
-    return messages
+    return _messages(request, {"developer": "system"}, text_of)
 
 
 def _json_bytes(body: dict[str, Any]) -> bytes:

@@ -23,7 +23,7 @@ import inspect
 import json
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, get_args
 
@@ -398,7 +398,7 @@ class Run:
     # What patterns call -------------------------------------------------------------------------
 
     def call(self, role: str, config: dict[str, Any] | None = None, adapter: dspy.Adapter | None = None,
-             predictor: Any = None, demos: list[dspy.Example] | None = None, **inputs: Any) -> Program:
+             predictor: Any = None, demos: Sequence[dspy.Example] | None = None, **inputs: Any) -> Program:
         """Call the LLM role `role` (the module's attribute, or `predictor`) with keyword `inputs` plus that
         role's own history; returns its prediction.
 
