@@ -294,8 +294,11 @@ def fix(
         "Candidates per iteration, each run through the tests; the best is kept [default: several on the "
         "embedded model, else 1]"))] = None,
     examples: Annotated[bool | None, typer.Option("--examples/--no-examples", help=(
-        "Show every second candidate worked examples of small tasks solved [default: on the embedded model, "
-        "else no]"))] = None,
+        "Show a greedy candidate and every second sample worked examples of small tasks solved [default: on "
+        "the embedded model, else no]"))] = None,
+    unpenalized: Annotated[bool | None, typer.Option("--unpenalized/--no-unpenalized", help=(
+        "Draw one more greedy candidate without the embedded engine's repeat penalty [default: on the "
+        "embedded model, else no]"))] = None,
     analyst: Annotated[bool | None, typer.Option("--analyst/--no-analyst", help=(
         "Ask the analyst LLM for the next instruction after failing tests [default: not on the embedded "
         "model, else yes]"))] = None,
@@ -326,7 +329,7 @@ def fix(
         max_iterations = code_loop_defaults(lm).max_iterations
     module = load_program("fix", program, max_iterations=max_iterations, workspace=workspace,
                           policy=policy.value if policy else None, samples=samples, examples=examples,
-                          analyst=analyst, target_file=target_file)
+                          unpenalized=unpenalized, analyst=analyst, target_file=target_file)
     initial_input = {"prompt": task, "files": list(files or []), "target_file": target_file}
     result, seconds = _run_with_progress(module, lm, trace, initial_input=initial_input,
                                          test_command=test_command,

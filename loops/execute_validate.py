@@ -16,6 +16,7 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, Literal
 
@@ -86,6 +87,28 @@ def _next_request(current_input: Any, validation: ValidationResult, code: str, d
     return CodeRequest.of(current_input).retry(feedback, names_the_tests_miss(validation, code))
 
 
+@dataclass(frozen=True)
+class Draw:
+    """How one candidate of an iteration is drawn."""
+
+    examples: bool = False  # shown the worked examples as demos: another prompt
+    sampled: bool = False  # a distinct rollout at FRESH_TEMPERATURE, seeded by its number
+    unpenalized: bool = False  # without the model's own repeat penalty: other decoding
+
+
+def draws(samples: int, examples: bool = False, unpenalized: bool = False) -> tuple[Draw, ...]:
+    """The `samples` candidates of an iteration, in the order they are tried: first the greedy
+    answers, which a small model gets right most often (the plain one; with worked examples; without
+    its repeat penalty), then samples, every second one shown the examples."""
+    greedy = [Draw()]
+    if examples:
+        greedy.append(Draw(examples=True))
+    if unpenalized:
+        greedy.append(Draw(unpenalized=True))
+    sampled = [Draw(sampled=True, examples=examples and number % 2 == 1) for number in range(samples)]
+    return tuple((greedy + sampled)[:samples])
+
+
 @functools.cache
 def worked_examples() -> tuple[dspy.Example, ...]:
     """`WORKED_EXAMPLES` as demos of the built-in executor (`Run.call` copies them into each call)."""
@@ -108,21 +131,24 @@ class ExecuteValidateController(LoopModule):
     `policy="repair"` shows the executor its earlier attempts; `policy="fresh"` forgets them and
     samples a new attempt at some temperature, guided only by the digest of what failed;
     `policy="auto"` repairs until the executor repeats an earlier attempt word for word, then
-    samples a fresh one. `samples=n` draws n candidates per iteration: the policy's attempt and n-1
-    distinct rollouts at temperature 0.7, each its own chain (role `executor.k`, with its own
-    history); each new candidate is written and validated in turn, the iteration stops at the first
-    that passes and goes on with the best. An iteration whose candidates were all tried before ends
-    the run with `stop_reason="no_progress"` (under `auto`, only once fresh samples repeat too).
-    With `examples=True` every second chain is shown worked examples (`WORKED_EXAMPLES`: small tasks
-    and the code that passes their tests) as demos, and the first of them draws greedily too: a
-    different prompt is another candidate as good as the first. An executor with demos of its own
-    (an optimized one) is shown those instead.
+    samples a fresh one. `samples=n` draws n candidates per iteration (`draws`), each its own chain
+    (role `executor.k`, with its own history): the policy's attempt, then the other greedy answers
+    there are, then distinct rollouts at temperature 0.7, seeded by their number so that a rerun
+    draws the same. Each new candidate is written and validated in turn; the iteration stops at the
+    first that passes and goes on with the best. An iteration whose candidates were all tried before
+    ends the run with `stop_reason="no_progress"` (under `auto`, only once fresh samples repeat too).
+    With `examples=True` a greedy candidate and every second sample are shown worked examples
+    (`WORKED_EXAMPLES`: small tasks and the code that passes their tests) as demos: another prompt,
+    another answer as good as the first. An executor with demos of its own (an optimized one) is
+    shown those instead, and its candidate is sampled. With `unpenalized=True` one more greedy
+    candidate goes without the embedded engine's repeat penalty (`frequency_penalty=0.0`): other
+    decoding, other answers, which pass other tasks.
 
-    Left unset, `policy`, `samples`, `examples` and `analyst` follow the model that runs
-    (`loops.lm.code_loop_defaults`, decided at call time from the executor's or the analyst's own LM,
-    else the context's): for the embedded model `auto`, several samples, worked examples and no
-    analyst (it misreads test output; the tests' digest serves it better); for any other model
-    `repair`, one sample and the analyst.
+    Left unset, `policy`, `samples`, `examples`, `unpenalized` and `analyst` follow the model that
+    runs (`loops.lm.code_loop_defaults`, decided at call time from the executor's or the analyst's own
+    LM, else the context's): for the embedded model `auto`, several candidates, worked examples, the
+    unpenalized candidate and no analyst (it misreads test output; the tests' digest serves it
+    better); for any other model `repair`, one candidate and the analyst.
 
     The built-in executor's input is a str (the prompt) or a dict with a `prompt` str and optional
     `files`, `target_file`, `expected_names`, `feedback` (see `CodeRequest`); it answers in plain
@@ -148,6 +174,7 @@ class ExecuteValidateController(LoopModule):
         policy: Policy | None = None,
         samples: int | None = None,
         examples: bool | None = None,
+        unpenalized: bool | None = None,
         analyst: bool | None = None,
         validator_timeout_s: float = 60.0,
         executor_adapter: dspy.Adapter | None = PLAIN_TEXT,
@@ -160,6 +187,8 @@ class ExecuteValidateController(LoopModule):
             raise ConfigurationError(f"samples must be an int >= 1 or None (by model), got {samples!r}")
         if examples not in (None, True, False):
             raise ConfigurationError(f"examples must be True, False or None (by model), got {examples!r}")
+        if unpenalized not in (None, True, False):
+            raise ConfigurationError(f"unpenalized must be True, False or None (by model), got {unpenalized!r}")
         if analyst not in (None, True, False):
             raise ConfigurationError(f"analyst must be True, False or None (by model), got {analyst!r}")
         if analyst and controller is not None:
@@ -170,6 +199,7 @@ class ExecuteValidateController(LoopModule):
         self.policy = policy
         self.samples = samples
         self.examples = examples
+        self.unpenalized = unpenalized
         self.analyst_choice = analyst
         self.target_file = target_file
         self.workspace = workspace
@@ -196,16 +226,18 @@ class ExecuteValidateController(LoopModule):
         return await self._aforward(limits, initial_input=initial_input, test_command=test_command)
 
     def settings(self) -> dict[str, Any]:
-        """The policy, samples per iteration, worked examples and analyst use a run started now would
-        have: the explicit choices, else `loops.lm.code_loop_defaults` of the model each role runs on."""
+        """The policy, samples per iteration, worked examples, unpenalized candidate and analyst use a
+        run started now would have: the explicit choices, else `loops.lm.code_loop_defaults` of the
+        model each role runs on."""
         from loops.lm import code_loop_defaults  # the one rule for what each kind of model is given
 
         defaults = code_loop_defaults(self._lm_of("executor"))
         analyst = self._has_analyst and (self.analyst_choice if self.analyst_choice is not None
                                          else code_loop_defaults(self._lm_of("analyst")).analyst)
         examples = self.examples if self.examples is not None else defaults.examples
+        unpenalized = self.unpenalized if self.unpenalized is not None else defaults.unpenalized
         return {"policy": self.policy or defaults.policy, "samples": self.samples or defaults.samples,
-                "examples": examples, "analyst": analyst}
+                "examples": examples, "unpenalized": unpenalized, "analyst": analyst}
 
     def _lm_of(self, role: str) -> Any:
         predictor, _ = predictor_of(getattr(self, role, None))
@@ -247,6 +279,7 @@ class ExecuteValidateController(LoopModule):
     def _loop(self, run: Run, initial_input: Any, test_command: str) -> Program:
         settings = self.settings()
         policy, samples = settings["policy"], settings["samples"] if self._builtin_executor else 1
+        plan = draws(samples, settings["examples"], settings["unpenalized"])
         with self._run_workspace() as workspace:
             if self._builtin_executor:
                 workspace.write(CodeRequest.of(initial_input).workspace_files)
@@ -262,7 +295,7 @@ class ExecuteValidateController(LoopModule):
                 written = None
                 for chain in range(samples):
                     result, prediction = yield from self._execute(run, workspace, current, iteration, chain,
-                                                                  samples, fresh[chain], settings["examples"])
+                                                                  samples, fresh[chain], plan[chain])
                     code = _code_of(result) if self._builtin_executor else None
                     repeated[chain] = code is not None and code in tried
                     if repeated[chain]:
@@ -313,27 +346,32 @@ class ExecuteValidateController(LoopModule):
         return validator
 
     def _execute(self, run: Run, workspace: Workspace, current: Any, iteration: int, chain: int, samples: int,
-                 fresh: bool, examples: bool) -> Program:
+                 fresh: bool, draw: Draw) -> Program:
         """One candidate: the executor's result, and the prediction it came from (None for a custom phase)."""
         if not self._builtin_executor:
             return (yield from run.call_phase("executor", current_input=current, iteration=iteration)), None
         request = CodeRequest.of(current)
         role = "executor" if chain == 0 else f"executor.{chain + 1}"
-        config = demos = None
+        config: dict[str, Any] = {}
+        demos = None
         if fresh:
             run.forget(role)
-        if examples and chain % 2 == 1:
+        if draw.examples:
             executor, _ = predictor_of(self.executor)
             demos = None if executor is not None and executor.demos else worked_examples()
-        # A distinct rollout, unless worked examples make this prompt another (the first chain shown
-        # them): the same request would get the same answer.
-        if fresh or (chain and not (chain == 1 and demos is not None)):
-            config = {"temperature": FRESH_TEMPERATURE, "rollout_id": (iteration - 1) * samples + chain + 1}
+        if draw.unpenalized:
+            config["frequency_penalty"] = 0.0  # a penalty of its own: the embedded engine's default is off
+        # Shown its own demos, an optimized executor's "examples" prompt is the plain one again, and
+        # the same request would get the same answer: only a sample can differ.
+        if fresh or draw.sampled or (draw.examples and demos is None):
+            rollout = (iteration - 1) * samples + chain + 1
+            # Seeded by its number, so a run repeats: the same task, the same candidates.
+            config.update(temperature=FRESH_TEMPERATURE, rollout_id=rollout, seed=rollout)
         target = request.target_file or self.target_file
         context = workspace.read(list(request.files))
         prediction = yield from run.call(
             role,
-            config=config,
+            config=config or None,
             adapter=self.executor_adapter,
             predictor=self.executor,
             demos=demos,

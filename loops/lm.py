@@ -60,7 +60,7 @@ from loops.runtime import DeadlinePassed, current_run, deadline
 MODEL = "local/smollm2-135m-instruct"
 CONTEXT_TOKENS = 8192  # SmolLM2's trained context: room for multi-turn loop histories
 DEFAULT_MAX_TOKENS = 512
-REPEAT_PENALTY = 1.1  # enough to break the small model's loops, too little to garble JSON
+REPEAT_PENALTY = 1.1  # enough to break the small model's loops, too little to garble JSON; see _generation_options
 # Half the cores: llama.cpp's threads spin at barriers, so on a busy machine (validators, parallel tests)
 # using every core made generation 10-50x slower than one thread; uncontended the loss is small.
 # LOOPS_LLAMA_THREADS overrides it, e.g. for a benchmark on an otherwise idle machine.
@@ -145,10 +145,14 @@ def _messages(request: Request, roles: dict[str, str], text_of: Any) -> list[dic
 
 def _generation_options(request: Request) -> dict:
     config = request.config
-    options = {"max_tokens": config.max_tokens or DEFAULT_MAX_TOKENS, "repeat_penalty": REPEAT_PENALTY}
+    options = {"max_tokens": config.max_tokens or DEFAULT_MAX_TOKENS}
     for name in _SAMPLING:
         if getattr(config, name) is not None:
             options[name] = getattr(config, name)
+    # The default repeat penalty stands in for penalties the caller did not choose: a request that
+    # sets one (`frequency_penalty=0.0` included) decodes without it.
+    chose = config.frequency_penalty is not None or config.presence_penalty is not None
+    options["repeat_penalty"] = 1.0 if chose else REPEAT_PENALTY
     if config.stop:
         options["stop"] = list(config.stop)
     if config.response_format is not None:
@@ -344,21 +348,25 @@ def default_history_window(lm: object) -> int | None:
 class CodeLoopDefaults:
     """How the Execute–Validate–Controller loop (and `loops fix`) runs on a kind of model when the
     caller does not say: `policy`, whether the built-in controller asks the analyst LLM, candidates per
-    iteration (`samples`), whether some are shown worked examples (`examples`) and, for `loops fix`,
-    `max_iterations`."""
+    iteration (`samples`), whether some are shown worked examples (`examples`), whether one greedy
+    candidate goes without the model's own repeat penalty (`unpenalized`: the embedded engine's alone)
+    and, for `loops fix`, `max_iterations`."""
 
     policy: str
     analyst: bool
     samples: int
     max_iterations: int
     examples: bool = False
+    unpenalized: bool = False
 
 
 # The embedded 135M model misreads every failing test run (the tests' digest serves it better), and
 # repairs by repeating itself; what it gains comes from different candidates checked by the tests: greedy
-# and sampled, with and without worked examples, which pass different tasks. Chosen on MBPP's train split
-# (pass@k flattens after 4 samples), within ~2 minutes per task on 2 cores (benchmarks/README.md).
-EMBEDDED_CODE_LOOP = CodeLoopDefaults(policy="auto", analyst=False, samples=4, max_iterations=2, examples=True)
+# with and without worked examples or the repeat penalty, and sampled, which pass different tasks. Chosen
+# on MBPP's train split (pass@k of samples flattens after 4; greedy without the penalty passed 5 of 120
+# train tasks, greedy with it 4, one in common), within ~2 minutes per task on 2 cores (benchmarks/README.md).
+EMBEDDED_CODE_LOOP = CodeLoopDefaults(policy="auto", analyst=False, samples=5, max_iterations=2, examples=True,
+                                      unpenalized=True)
 HOSTED_CODE_LOOP = CodeLoopDefaults(policy="repair", analyst=True, samples=1, max_iterations=4)
 
 

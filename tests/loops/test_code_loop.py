@@ -6,6 +6,7 @@ import pytest
 
 import loops
 from loops import ConfigurationError, ExecuteValidateController, RetryPolicy, Workspace
+from loops.execute_validate import Draw, draws
 from loops.lm import EMBEDDED_CODE_LOOP, HOSTED_CODE_LOOP, LlamaEngine, code_loop_defaults, local_lm
 from loops.python_code import WORKED_EXAMPLES
 from loops.runtime import STOP_REASONS
@@ -54,25 +55,30 @@ def test_the_defaults_follow_the_kind_of_model():
 
 def test_the_module_settles_its_choices_at_call_time_from_the_lm_that_runs():
     module = ExecuteValidateController()
-    embedded = {"policy": EMBEDDED_CODE_LOOP.policy, "samples": EMBEDDED_CODE_LOOP.samples, "examples": True}
+    embedded = {"policy": EMBEDDED_CODE_LOOP.policy, "samples": EMBEDDED_CODE_LOOP.samples, "examples": True,
+                "unpenalized": EMBEDDED_CODE_LOOP.unpenalized}
     with dspy.context(lm=local_lm()):
         assert module.settings() == {**embedded, "analyst": False}
     with dspy.context(lm=scripted_lm([])):
-        assert module.settings() == {"policy": "repair", "samples": 1, "examples": False, "analyst": True}
+        assert module.settings() == {"policy": "repair", "samples": 1, "examples": False, "unpenalized": False,
+                                     "analyst": True}
         module.executor.set_lm(local_lm())  # a role's own LM outranks the context's
         assert module.settings() == {**embedded, "analyst": True}
 
 
 def test_every_choice_can_be_made_explicitly():
-    module = ExecuteValidateController(policy="fresh", samples=2, examples=False, analyst=True)
+    module = ExecuteValidateController(policy="fresh", samples=2, examples=False, unpenalized=False, analyst=True)
     with dspy.context(lm=local_lm()):
-        assert module.settings() == {"policy": "fresh", "samples": 2, "examples": False, "analyst": True}
+        assert module.settings() == {"policy": "fresh", "samples": 2, "examples": False, "unpenalized": False,
+                                     "analyst": True}
     # Only the roles that may run are built: no analyst without it, none beside a custom controller.
     assert "analyst" not in dict(ExecuteValidateController(analyst=False).named_predictors())
     assert "analyst" not in dict(ExecuteValidateController(controller=loops.tests_controller).named_predictors())
     assert "analyst" in dict(ExecuteValidateController().named_predictors())
     with pytest.raises(ConfigurationError, match="samples"):
         ExecuteValidateController(samples=0)
+    with pytest.raises(ConfigurationError, match="unpenalized must be True, False or None"):
+        ExecuteValidateController(unpenalized="yes")
     with pytest.raises(ConfigurationError, match="analyst=True"):
         ExecuteValidateController(analyst=True, controller=loops.tests_controller)
 
@@ -152,6 +158,26 @@ def test_every_second_candidate_sees_worked_examples_and_the_first_of_them_is_gr
     assert result.final.content == two
     assert all(example_task not in str(step.inputs) for step in result.trace)  # demos are not the run's inputs
     assert "demos" not in result.histories["executor.2"].messages[0]
+
+
+def test_on_the_embedded_model_greedy_answers_come_first_then_seeded_samples(tmp_path):
+    codes = [f"def Split(xs):\n    return {n}\n" for n in range(5)]
+    lm = embedded_lookalike(codes)
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), samples=5, max_iterations=1,
+                                       validator=scored(tmp_path, dict.fromkeys(codes, 0)), retry=NO_WAIT)
+
+    with dspy.context(lm=lm):
+        module(initial_input="write Split", test_command="pytest")
+
+    assert draws(5, examples=True, unpenalized=True) == (
+        Draw(), Draw(examples=True), Draw(unpenalized=True), Draw(sampled=True), Draw(examples=True, sampled=True))
+    configs = [request.config for request in lm.engine.requests]
+    assert temperatures(lm) == [None, None, None, 0.7, 0.7]
+    # The third is greedy without the engine's repeat penalty (a penalty of its own turns it off).
+    assert [config.frequency_penalty for config in configs] == [None, None, 0.0, None, None]
+    assert [config.seed for config in configs] == [None, None, None, 4, 5]  # a rerun draws the same samples
+    shown = [WORKED_EXAMPLES[0][1].strip() in request_text(request) for request in lm.engine.requests]
+    assert shown == [False, True, False, False, True]
 
 
 def test_an_executor_with_demos_of_its_own_is_shown_those_instead(tmp_path):

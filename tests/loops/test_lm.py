@@ -93,6 +93,13 @@ def test_request_maps_to_a_llama_chat_call():
     assert 1.1 <= call["repeat_penalty"] <= 1.3
 
 
+def test_a_request_that_sets_a_penalty_decodes_without_the_default_repeat_penalty():
+    llama = FakeLlama()
+    LlamaEngine(llama).complete(Request(model=MODEL, messages=(Message.user("Hi"),),
+                                        config=Config(frequency_penalty=0.0)))
+    assert llama.calls[0]["repeat_penalty"] == 1.0 and llama.calls[0]["frequency_penalty"] == 0.0
+
+
 def test_unconfigured_request_is_capped_and_unconstrained():
     llama = FakeLlama()
     LlamaEngine(llama).complete(Request(model=MODEL, messages=(Message.user("Hi"),)))
