@@ -187,9 +187,9 @@ def make_module(config: str, workspace: Any, validator: Any, task_timeout_s: flo
                                      budget=Budget(max_iterations=iterations, timeout_s=task_timeout_s), **options)
 
 
-def sample_task(task: dict[str, Any], k: int, temperature: float = PASSK_TEMPERATURE) -> dict[str, Any]:
-    """`k` independent answers at `temperature` to the loop's first request (the prompt and the
-    interface read from the tests), each extracted, aliased to the tests' names and tested."""
+def first_answers(task: dict[str, Any], calls: list[tuple[dict[str, Any], Any]]) -> tuple[Any, list[dict[str, Any]]]:
+    """Answers to the loop's first request (the prompt and the interface read from the tests), one
+    per (config, demos) in `calls`, each extracted, aliased to the tests' names and tested."""
     import dspy
 
     from loops import Workspace
@@ -204,22 +204,49 @@ def sample_task(task: dict[str, Any], k: int, temperature: float = PASSK_TEMPERA
     request = CodeRequest(prompt=build_prompt(task), interface=interface.describe("solution.py"),
                           expected_names=interface.names)
     executor = dspy.Predict(ExecutorSignature)
-    samples = []
-    started = time.monotonic()
-    for rollout in range(1, k + 1):
+    answers = []
+    for config, demos in calls:
         with dspy.context(adapter=PLAIN_TEXT):
             answer = executor(task=request.task(), target_file="solution.py", file_context="",
-                              history=dspy.History(messages=[]),
-                              config={"temperature": temperature, "rollout_id": rollout})
+                              history=dspy.History(messages=[]), config=dict(config or {}), demos=list(demos or ()))
         code, aliases = align_names(extract_code(answer.code or ""), request.expected_names)
         check = check_code(code, task)
-        samples.append({"passed": check.ok, "category": failure_category(check), "aliases": aliases, "code": code})
+        answers.append({"passed": check.ok, "category": failure_category(check), "aliases": aliases, "code": code})
+    return request, answers
+
+
+def sample_task(task: dict[str, Any], k: int, temperature: float = PASSK_TEMPERATURE) -> dict[str, Any]:
+    """`k` independent answers at `temperature` to the loop's first request, each tested."""
+    started = time.monotonic()
+    request, samples = first_answers(
+        task, [({"temperature": temperature, "rollout_id": rollout}, None) for rollout in range(1, k + 1)])
     return {"config": "passk", "task_id": task["task_id"], "k": k, "temperature": temperature,
             "passed": any(sample["passed"] for sample in samples),
             "passes": sum(sample["passed"] for sample in samples), "lm_calls": k,
             "seconds": round(time.monotonic() - started, 2),
             "distinct_codes": len({sample["code"] for sample in samples}), "interface": request.interface,
             "samples": samples}
+
+
+def candidate_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Each candidate of the embedded defaults' first iteration (`loops.execute_validate.draws`),
+    drawn as the loop draws it but each tested on its own: which kind of candidate passes which task."""
+    from loops.execute_validate import draws
+    from loops.lm import EMBEDDED_CODE_LOOP as DEFAULTS
+
+    plan = draws(DEFAULTS.samples, DEFAULTS.examples, DEFAULTS.unpenalized)
+    started = time.monotonic()
+    _, answers = first_answers(task, [draw.call(number) for number, draw in enumerate(plan, 1)])
+    for draw, answer in zip(plan, answers, strict=True):
+        answer["kind"] = candidate_kind(draw)
+    return {"config": "candidates", "task_id": task["task_id"], "passed": any(answer["passed"] for answer in answers),
+            "lm_calls": len(plan), "seconds": round(time.monotonic() - started, 2), "candidates": answers}
+
+
+def candidate_kind(draw: Any) -> str:
+    """A draw's name in records and tables: `greedy`, `sampled`, `+examples`, `+unpenalized`."""
+    return "+".join(["sampled" if draw.sampled else "greedy", *(["examples"] if draw.examples else []),
+                     *(["unpenalized"] if draw.unpenalized else [])])
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -385,7 +412,8 @@ def run(args: argparse.Namespace) -> None:
     adapters = {"model": lambda: None, "json": dspy.JSONAdapter}
 
     configs = [name.strip() for name in args.configs.split(",") if name.strip()]
-    unknown = [name for name in configs if name != "passk" and name not in CONFIGS and not _TUNED.match(name)]
+    unknown = [name for name in configs
+               if name not in ("passk", "candidates") and name not in CONFIGS and not _TUNED.match(name)]
     if unknown:
         sys.exit(f"unknown config(s) {unknown}; choose from {list(CONFIGS)}")
     task_ids = {int(value) for value in args.task_ids.split(",")} if args.task_ids else None
@@ -403,6 +431,8 @@ def run(args: argparse.Namespace) -> None:
                 try:
                     if config == "passk":
                         record = {**sample_task(task, args.k, args.temperature), "adapter": args.adapter}
+                    elif config == "candidates":
+                        record = {**candidate_task(task), "adapter": args.adapter}
                     else:
                         record = {**run_task(config, task, args.task_timeout), "adapter": args.adapter}
                 except Exception as exc:  # keep going: one broken task must not end the benchmark
@@ -420,6 +450,7 @@ def run(args: argparse.Namespace) -> None:
                and record["task_id"] in {task["task_id"] for task in tasks}]
     print_summary(summarize(records), expected=len(tasks))
     print_curve(records)
+    print_candidates(records)
 
 
 def print_curve(records: list[dict[str, Any]]) -> None:
@@ -435,6 +466,24 @@ def print_curve(records: list[dict[str, Any]]) -> None:
         print(f"  k={k}: {solved:.2f} tasks ({solved / tasks:.1%})")
 
 
+def print_candidates(records: list[dict[str, Any]]) -> None:
+    """The tasks each kind of candidate passes, of the `candidates` records, if any."""
+    mine = [record for record in records if record["config"] == "candidates" and "candidates" in record]
+    if not mine:
+        return
+    passed: dict[str, list[int]] = {}
+    for record in mine:
+        for answer in record["candidates"]:
+            passed.setdefault(answer["kind"], [])
+            if answer["passed"]:
+                passed[answer["kind"]].append(record["task_id"])
+    print(f"candidates of the first iteration, each tested on its own, over {len(mine)} tasks:")
+    for kind, tasks in passed.items():
+        print(f"  {kind}: {len(tasks)} {sorted(tasks)}")
+    union = sorted(record["task_id"] for record in mine if record["passed"])
+    print(f"  any: {len(union)} {union}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.mbpp", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="sanitized MBPP JSON lines (default: %(default)s)")
@@ -442,7 +491,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
     parser.add_argument("--task-ids", default=None, help="comma list of task ids to run")
     parser.add_argument("--configs", default="single",
-                        help=f"comma list of {', '.join(CONFIGS)}, passk (the pass@k samples) or sNiM "
+                        help=f"comma list of {', '.join(CONFIGS)}, passk (the pass@k samples), candidates "
+                             "(each kind of candidate of the embedded defaults tested on its own) or sNiM "
                              "(the embedded defaults with samples=N, max_iterations=M)")
     parser.add_argument("--k", type=int, default=8, help="samples per task of the passk config (default: 8)")
     parser.add_argument("--temperature", type=float, default=PASSK_TEMPERATURE,
@@ -462,6 +512,7 @@ def main(argv: list[str] | None = None) -> None:
         records = read_records(args.summarize)
         print_summary(summarize(records), expected=args.expected)
         print_curve(records)
+        print_candidates(records)
         return
     run(args)
 

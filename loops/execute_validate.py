@@ -95,6 +95,21 @@ class Draw:
     sampled: bool = False  # a distinct rollout at FRESH_TEMPERATURE, seeded by its number
     unpenalized: bool = False  # without the model's own repeat penalty: other decoding
 
+    def call(self, rollout: int, *, fresh: bool = False, own_demos: bool = False
+             ) -> tuple[dict[str, Any], tuple[dspy.Example, ...] | None]:
+        """The executor call's config and demos for this draw as candidate number `rollout` of a run.
+        `fresh` samples whatever the draw; an executor with `own_demos` (an optimized one) is shown
+        those instead of the worked examples, which makes its prompt the plain one again, so the same
+        request would get the same answer: only a sample can differ."""
+        config: dict[str, Any] = {}
+        demos = worked_examples() if self.examples and not own_demos else None
+        if self.unpenalized:
+            config["frequency_penalty"] = 0.0  # a penalty of its own: the embedded engine's default is off
+        if fresh or self.sampled or (self.examples and own_demos):
+            # Seeded by its number, so a run repeats: the same task, the same candidates.
+            config.update(temperature=FRESH_TEMPERATURE, rollout_id=rollout, seed=rollout)
+        return config, demos
+
 
 def draws(samples: int, examples: bool = False, unpenalized: bool = False) -> tuple[Draw, ...]:
     """The `samples` candidates of an iteration, in the order they are tried: first the greedy
@@ -352,21 +367,11 @@ class ExecuteValidateController(LoopModule):
             return (yield from run.call_phase("executor", current_input=current, iteration=iteration)), None
         request = CodeRequest.of(current)
         role = "executor" if chain == 0 else f"executor.{chain + 1}"
-        config: dict[str, Any] = {}
-        demos = None
         if fresh:
             run.forget(role)
-        if draw.examples:
-            executor, _ = predictor_of(self.executor)
-            demos = None if executor is not None and executor.demos else worked_examples()
-        if draw.unpenalized:
-            config["frequency_penalty"] = 0.0  # a penalty of its own: the embedded engine's default is off
-        # Shown its own demos, an optimized executor's "examples" prompt is the plain one again, and
-        # the same request would get the same answer: only a sample can differ.
-        if fresh or draw.sampled or (draw.examples and demos is None):
-            rollout = (iteration - 1) * samples + chain + 1
-            # Seeded by its number, so a run repeats: the same task, the same candidates.
-            config.update(temperature=FRESH_TEMPERATURE, rollout_id=rollout, seed=rollout)
+        executor, _ = predictor_of(self.executor)
+        config, demos = draw.call((iteration - 1) * samples + chain + 1, fresh=fresh,
+                                  own_demos=executor is not None and bool(executor.demos))
         target = request.target_file or self.target_file
         context = workspace.read(list(request.files))
         prediction = yield from run.call(

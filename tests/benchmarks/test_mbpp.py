@@ -1,6 +1,20 @@
 import json
 
-from benchmarks.mbpp import build_prompt, build_test_file, check_code, failure_category, load_tasks, summarize
+import dspy
+
+from benchmarks.mbpp import (
+    build_prompt,
+    build_test_file,
+    candidate_kind,
+    candidate_task,
+    check_code,
+    failure_category,
+    load_tasks,
+    summarize,
+)
+from loops.execute_validate import draws
+from loops.lm import EMBEDDED_CODE_LOOP
+from tests.scripted import scripted_lm
 
 TASKS = [
     {"task_id": 1, "prompt": "Write a function to add two numbers.", "code": "def add(a, b):\n    return a + b\n",
@@ -48,3 +62,21 @@ def test_the_summary_counts_passes_and_calls_per_config():
     (row,) = summarize(records)
 
     assert (row["config"], row["tasks"], row["passed"], row["lm_calls"]) == ("single", 2, 1, 2)
+
+
+def test_each_kind_of_candidate_is_drawn_as_the_loop_draws_it_and_tested_on_its_own():
+    plan = draws(EMBEDDED_CODE_LOOP.samples, EMBEDDED_CODE_LOOP.examples, EMBEDDED_CODE_LOOP.unpenalized)
+    answers = ["def add(a, b):\n    return a - b\n"] * len(plan)
+    answers[2] = TASKS[0]["code"]  # only the third kind passes
+    lm = scripted_lm(answers)
+
+    with dspy.context(lm=lm):
+        record = candidate_task(TASKS[0])
+
+    assert [answer["kind"] for answer in record["candidates"]] == [candidate_kind(draw) for draw in plan]
+    assert [answer["passed"] for answer in record["candidates"]] == [index == 2 for index in range(len(plan))]
+    assert (record["passed"], record["lm_calls"]) == (True, len(plan))
+    configs = [request.config for request in lm.engine.requests]
+    expected = [draw.call(number)[0] for number, draw in enumerate(plan, 1)]
+    assert [(config.temperature, config.seed, config.frequency_penalty) for config in configs] == [
+        (call.get("temperature"), call.get("seed"), call.get("frequency_penalty")) for call in expected]
