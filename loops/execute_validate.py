@@ -200,12 +200,9 @@ class ExecuteValidateController(LoopModule):
             raise ConfigurationError(f"policy must be 'repair', 'fresh', 'auto' or None (by model), got {policy!r}")
         if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int) or samples < 1):
             raise ConfigurationError(f"samples must be an int >= 1 or None (by model), got {samples!r}")
-        if examples not in (None, True, False):
-            raise ConfigurationError(f"examples must be True, False or None (by model), got {examples!r}")
-        if unpenalized not in (None, True, False):
-            raise ConfigurationError(f"unpenalized must be True, False or None (by model), got {unpenalized!r}")
-        if analyst not in (None, True, False):
-            raise ConfigurationError(f"analyst must be True, False or None (by model), got {analyst!r}")
+        for name, choice in (("examples", examples), ("unpenalized", unpenalized), ("analyst", analyst)):
+            if choice not in (None, True, False):
+                raise ConfigurationError(f"{name} must be True, False or None (by model), got {choice!r}")
         if analyst and controller is not None:
             raise ConfigurationError("analyst=True is the built-in controller's option; a custom controller "
                                      "was given, so no analyst would run: drop one of them")

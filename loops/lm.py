@@ -143,12 +143,14 @@ def _messages(request: Request, roles: dict[str, str], text_of: Any) -> list[dic
     return messages
 
 
+def _sampling_options(config: Any) -> dict[str, Any]:
+    """The sampling settings a request's config sets, by the names llama.cpp and servers share."""
+    return {name: getattr(config, name) for name in _SAMPLING if getattr(config, name) is not None}
+
+
 def _generation_options(request: Request) -> dict:
     config = request.config
-    options = {"max_tokens": config.max_tokens or DEFAULT_MAX_TOKENS}
-    for name in _SAMPLING:
-        if getattr(config, name) is not None:
-            options[name] = getattr(config, name)
+    options = {"max_tokens": config.max_tokens or DEFAULT_MAX_TOKENS, **_sampling_options(config)}
     # The default repeat penalty stands in for penalties the caller did not choose: a request that
     # sets one (`frequency_penalty=0.0` included) decodes without it.
     chose = config.frequency_penalty is not None or config.presence_penalty is not None
@@ -602,10 +604,7 @@ class ServerEngine:
         body: dict[str, Any] = {"model": _served_model(request.model), "messages": _server_messages(request)}
         if config.max_tokens is not None:
             body["max_tokens"] = config.max_tokens
-        for name in _SAMPLING:
-            value = getattr(config, name)
-            if value is not None:
-                body[name] = value
+        body.update(_sampling_options(config))
         if config.stop:
             body["stop"] = list(config.stop)
         if config.response_format is not None:
