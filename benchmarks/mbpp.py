@@ -244,9 +244,17 @@ def candidate_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def candidate_kind(draw: Any) -> str:
-    """A draw's name in records and tables: `greedy`, `sampled`, `+examples`, `+unpenalized`."""
-    return "+".join(["sampled" if draw.sampled else "greedy", *(["examples"] if draw.examples else []),
-                     *(["unpenalized"] if draw.unpenalized else [])])
+    """A draw's name in records and tables: `greedy` or `sampled`, then `+examples` (all of them) or
+    `+example3` (one, numbered from 1), `+frequency_penalty=0.2` (instead of the repeat penalty)."""
+    from loops.execute_validate import ALL_EXAMPLES
+
+    parts = ["sampled" if draw.sampled else "greedy"]
+    if draw.examples:
+        parts.append("examples" if draw.examples == ALL_EXAMPLES
+                     else "example" + ",".join(str(index + 1) for index in draw.examples))
+    if draw.frequency_penalty is not None:
+        parts.append(f"frequency_penalty={draw.frequency_penalty}")
+    return "+".join(parts)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -415,7 +423,8 @@ def run(args: argparse.Namespace) -> None:
     unknown = [name for name in configs
                if name not in ("passk", "candidates") and name not in CONFIGS and not _TUNED.match(name)]
     if unknown:
-        sys.exit(f"unknown config(s) {unknown}; choose from {list(CONFIGS)}")
+        sys.exit(f"unknown config(s) {unknown}; choose from {', '.join(CONFIGS)}, passk, candidates or sNiM "
+                 "(the embedded defaults with samples=N, max_iterations=M, e.g. s5i2)")
     task_ids = {int(value) for value in args.task_ids.split(",")} if args.task_ids else None
     tasks = load_tasks(args.data, args.split, args.limit, task_ids)
     done = ({(record["config"], record["task_id"]) for record in read_records([args.out])

@@ -87,13 +87,20 @@ def _next_request(current_input: Any, validation: ValidationResult, code: str, d
     return CodeRequest.of(current_input).retry(feedback, names_the_tests_miss(validation, code))
 
 
+ALL_EXAMPLES = tuple(range(len(WORKED_EXAMPLES)))
+# A greedy candidate without the engine's repeat penalty passes in a short answer (under 400
+# characters on MBPP's train split) or loops until the cap: a lower cap saves time and loses nothing.
+PENALIZED_MAX_TOKENS = 256
+
+
 @dataclass(frozen=True)
 class Draw:
     """How one candidate of an iteration is drawn."""
 
-    examples: bool = False  # shown the worked examples as demos: another prompt
+    examples: tuple[int, ...] = ()  # the WORKED_EXAMPLES shown as demos, by index: each choice another prompt
     sampled: bool = False  # a distinct rollout at FRESH_TEMPERATURE, seeded by its number
-    unpenalized: bool = False  # without the model's own repeat penalty: other decoding
+    # Set (0.0 included), the request's own penalty replaces the embedded engine's repeat penalty: other decoding.
+    frequency_penalty: float | None = None
 
     def call(self, rollout: int, *, fresh: bool = False, own_demos: bool = False
              ) -> tuple[dict[str, Any], tuple[dspy.Example, ...] | None]:
@@ -102,33 +109,47 @@ class Draw:
         those instead of the worked examples, which makes its prompt the plain one again, so the same
         request would get the same answer: only a sample can differ."""
         config: dict[str, Any] = {}
-        demos = worked_examples() if self.examples and not own_demos else None
-        if self.unpenalized:
-            config["frequency_penalty"] = 0.0  # a penalty of its own: the embedded engine's default is off
+        demos = worked_examples(self.examples) if self.examples and not own_demos else None
+        if self.frequency_penalty is not None:
+            config.update(frequency_penalty=self.frequency_penalty, max_tokens=PENALIZED_MAX_TOKENS)
         if fresh or self.sampled or (self.examples and own_demos):
             # Seeded by its number, so a run repeats: the same task, the same candidates.
             config.update(temperature=FRESH_TEMPERATURE, rollout_id=rollout, seed=rollout)
         return config, demos
 
 
+# The greedy candidates, in the order they are tried: each is another prompt (no, all or one of the
+# worked examples) or other decoding (no repeat penalty, a light frequency penalty), and each passes
+# tasks the others do not (MBPP's train split, benchmarks/README.md).
+GREEDY_DRAWS = (
+    Draw(),
+    Draw(examples=ALL_EXAMPLES),
+    Draw(frequency_penalty=0.0),
+    Draw(examples=(2,)),
+    Draw(frequency_penalty=0.2),
+    Draw(examples=(0,)),
+    Draw(examples=(1,)),
+)
+
+
 def draws(samples: int, examples: bool = False, unpenalized: bool = False) -> tuple[Draw, ...]:
     """The `samples` candidates of an iteration, in the order they are tried: first the greedy
-    answers, which a small model gets right most often (the plain one; with worked examples; without
-    its repeat penalty), then samples, every second one shown the examples."""
-    greedy = [Draw()]
-    if examples:
-        greedy.append(Draw(examples=True))
-    if unpenalized:
-        greedy.append(Draw(unpenalized=True))
-    sampled = [Draw(sampled=True, examples=examples and number % 2 == 1) for number in range(samples)]
+    answers (`GREEDY_DRAWS`; those shown worked examples only with `examples`, those with a penalty of
+    their own only with `unpenalized`), which a small model gets right more often than samples, then
+    samples, every second one shown the examples."""
+    greedy = [draw for draw in GREEDY_DRAWS
+              if (examples or not draw.examples) and (unpenalized or draw.frequency_penalty is None)]
+    sampled = [Draw(sampled=True, examples=ALL_EXAMPLES if examples and number % 2 == 1 else ())
+               for number in range(samples)]
     return tuple((greedy + sampled)[:samples])
 
 
 @functools.cache
-def worked_examples() -> tuple[dspy.Example, ...]:
-    """`WORKED_EXAMPLES` as demos of the built-in executor (`Run.call` copies them into each call)."""
+def worked_examples(indices: tuple[int, ...] = ALL_EXAMPLES) -> tuple[dspy.Example, ...]:
+    """Those of `WORKED_EXAMPLES` as demos of the built-in executor (`Run.call` copies them into each call)."""
     return tuple(dspy.Example(task=task, target_file="solution.py", file_context="", code=code, notes="")
-                 .with_inputs("task", "target_file", "file_context") for task, code in WORKED_EXAMPLES)
+                 .with_inputs("task", "target_file", "file_context")
+                 for task, code in (WORKED_EXAMPLES[index] for index in indices))
 
 
 class ExecuteValidateController(LoopModule):
@@ -152,17 +173,18 @@ class ExecuteValidateController(LoopModule):
     draws the same. Each new candidate is written and validated in turn; the iteration stops at the
     first that passes and goes on with the best. An iteration whose candidates were all tried before
     ends the run with `stop_reason="no_progress"` (under `auto`, only once fresh samples repeat too).
-    With `examples=True` a greedy candidate and every second sample are shown worked examples
-    (`WORKED_EXAMPLES`: small tasks and the code that passes their tests) as demos: another prompt,
-    another answer as good as the first. An executor with demos of its own (an optimized one) is
-    shown those instead, and its candidate is sampled. With `unpenalized=True` one more greedy
-    candidate goes without the embedded engine's repeat penalty (`frequency_penalty=0.0`): other
-    decoding, other answers, which pass other tasks.
+    With `examples=True` some greedy candidates (all the worked examples; then one of them each) and
+    every second sample are shown worked examples (`WORKED_EXAMPLES`: small tasks and the code that
+    passes their tests) as demos: another prompt, another answer as good as the first. An executor
+    with demos of its own (an optimized one) is shown those instead, and its candidate is sampled.
+    With `unpenalized=True` greedy candidates go without the embedded engine's repeat penalty (no
+    penalty, then a light frequency penalty): other decoding, other answers, which pass other tasks.
+    `GREEDY_DRAWS` is the order.
 
     Left unset, `policy`, `samples`, `examples`, `unpenalized` and `analyst` follow the model that
     runs (`loops.lm.code_loop_defaults`, decided at call time from the executor's or the analyst's own
     LM, else the context's): for the embedded model `auto`, several candidates, worked examples, the
-    unpenalized candidate and no analyst (it misreads test output; the tests' digest serves it
+    unpenalized candidates and no analyst (it misreads test output; the tests' digest serves it
     better); for any other model `repair`, one candidate and the analyst.
 
     The built-in executor's input is a str (the prompt) or a dict with a `prompt` str and optional

@@ -350,8 +350,8 @@ def default_history_window(lm: object) -> int | None:
 class CodeLoopDefaults:
     """How the Execute–Validate–Controller loop (and `loops fix`) runs on a kind of model when the
     caller does not say: `policy`, whether the built-in controller asks the analyst LLM, candidates per
-    iteration (`samples`), whether some are shown worked examples (`examples`), whether one greedy
-    candidate goes without the model's own repeat penalty (`unpenalized`: the embedded engine's alone)
+    iteration (`samples`), whether some are shown worked examples (`examples`), whether some greedy
+    candidates go without the model's own repeat penalty (`unpenalized`: the embedded engine's alone)
     and, for `loops fix`, `max_iterations`."""
 
     policy: str

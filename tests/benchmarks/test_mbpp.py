@@ -1,6 +1,7 @@
 import json
 
 import dspy
+import pytest
 
 from benchmarks.mbpp import (
     build_prompt,
@@ -10,6 +11,7 @@ from benchmarks.mbpp import (
     check_code,
     failure_category,
     load_tasks,
+    main,
     summarize,
 )
 from loops.execute_validate import draws
@@ -80,3 +82,8 @@ def test_each_kind_of_candidate_is_drawn_as_the_loop_draws_it_and_tested_on_its_
     expected = [draw.call(number)[0] for number, draw in enumerate(plan, 1)]
     assert [(config.temperature, config.seed, config.frequency_penalty) for config in configs] == [
         (call.get("temperature"), call.get("seed"), call.get("frequency_penalty")) for call in expected]
+
+
+def test_an_unknown_config_is_refused_with_every_choice_named():
+    with pytest.raises(SystemExit, match="choose from single, .*passk, candidates or sNiM"):
+        main(["--configs", "singel"])

@@ -141,43 +141,58 @@ def test_n_candidates_are_drawn_all_traced_and_the_best_is_kept(tmp_path):
     assert temperatures(lm)[1:] == [0.7, 0.7]
 
 
-def test_every_second_candidate_sees_worked_examples_and_the_first_of_them_is_greedy(tmp_path):
-    one, two, three = (f"def Split(xs):\n    return {n}\n" for n in (1, 2, 3))
-    lm = scripted_lm([one, two, three])
-    module = ExecuteValidateController(workspace=Workspace(tmp_path), samples=3, examples=True, max_iterations=1,
-                                       validator=scored(tmp_path, {one: 0, two: 1, three: 0}),
+def shown_examples(lm):
+    """Per request, the numbers of the worked examples it shows."""
+    return [tuple(number for number, (_, code) in enumerate(WORKED_EXAMPLES) if code.strip() in request_text(request))
+            for request in lm.engine.requests]
+
+
+def test_greedy_candidates_see_all_the_worked_examples_then_one_each_and_every_second_sample_them_all(tmp_path):
+    codes = [f"def Split(xs):\n    return {n}\n" for n in range(7)]
+    lm = scripted_lm(codes)
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), samples=7, examples=True, max_iterations=1,
+                                       validator=scored(tmp_path, {**dict.fromkeys(codes, 0), codes[1]: 1}),
                                        controller=loops.tests_controller, retry=NO_WAIT)
 
     with dspy.context(lm=lm):
         result = module(initial_input="write Split", test_command="pytest")
 
-    example_task, example_code = WORKED_EXAMPLES[0]
-    shown = [example_code.strip() in request_text(request) for request in lm.engine.requests]
-    assert shown == [False, True, False]
-    assert temperatures(lm) == [None, None, 0.7]  # another prompt is another candidate: greedy still
-    assert result.final.content == two
+    assert shown_examples(lm) == [(), (0, 1, 2), (2,), (0,), (1,), (), (0, 1, 2)]
+    assert temperatures(lm) == [None] * 5 + [0.7, 0.7]  # another prompt is another candidate: greedy still
+    assert result.final.content == codes[1]
+    example_task, _ = WORKED_EXAMPLES[0]
     assert all(example_task not in str(step.inputs) for step in result.trace)  # demos are not the run's inputs
     assert "demos" not in result.histories["executor.2"].messages[0]
 
 
 def test_on_the_embedded_model_greedy_answers_come_first_then_seeded_samples(tmp_path):
-    codes = [f"def Split(xs):\n    return {n}\n" for n in range(5)]
+    codes = [f"def Split(xs):\n    return {n}\n" for n in range(9)]
     lm = embedded_lookalike(codes)
-    module = ExecuteValidateController(workspace=Workspace(tmp_path), samples=5, max_iterations=1,
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), samples=9, max_iterations=1,
                                        validator=scored(tmp_path, dict.fromkeys(codes, 0)), retry=NO_WAIT)
 
     with dspy.context(lm=lm):
         module(initial_input="write Split", test_command="pytest")
 
-    assert draws(5, examples=True, unpenalized=True) == (
-        Draw(), Draw(examples=True), Draw(unpenalized=True), Draw(sampled=True), Draw(examples=True, sampled=True))
+    assert draws(9, examples=True, unpenalized=True) == (
+        Draw(), Draw(examples=(0, 1, 2)), Draw(frequency_penalty=0.0), Draw(examples=(2,)),
+        Draw(frequency_penalty=0.2), Draw(examples=(0,)), Draw(examples=(1,)),
+        Draw(sampled=True), Draw(examples=(0, 1, 2), sampled=True))
+    assert draws(5, examples=True, unpenalized=True) == draws(9, examples=True, unpenalized=True)[:5]
     configs = [request.config for request in lm.engine.requests]
-    assert temperatures(lm) == [None, None, None, 0.7, 0.7]
-    # The third is greedy without the engine's repeat penalty (a penalty of its own turns it off).
-    assert [config.frequency_penalty for config in configs] == [None, None, 0.0, None, None]
-    assert [config.seed for config in configs] == [None, None, None, 4, 5]  # a rerun draws the same samples
-    shown = [WORKED_EXAMPLES[0][1].strip() in request_text(request) for request in lm.engine.requests]
-    assert shown == [False, True, False, False, True]
+    assert temperatures(lm) == [None] * 7 + [0.7, 0.7]
+    # Two are greedy without the engine's repeat penalty (a penalty of their own turns it off), and
+    # they stop sooner: they pass in a short answer or not at all.
+    assert [config.frequency_penalty for config in configs] == [None, None, 0.0, None, 0.2, None, None, None, None]
+    assert [config.max_tokens for config in configs] == [None, None, 256, None, 256, None, None, None, None]
+    assert [config.seed for config in configs] == [None] * 7 + [8, 9]  # a rerun draws the same samples
+    assert shown_examples(lm) == [(), (0, 1, 2), (), (2,), (), (0,), (1,), (), (0, 1, 2)]
+
+
+def test_without_examples_or_penalties_of_their_own_only_the_plain_greedy_candidate_is_greedy():
+    assert draws(3) == (Draw(), Draw(sampled=True), Draw(sampled=True))
+    assert draws(4, unpenalized=True) == (
+        Draw(), Draw(frequency_penalty=0.0), Draw(frequency_penalty=0.2), Draw(sampled=True))
 
 
 def test_an_executor_with_demos_of_its_own_is_shown_those_instead(tmp_path):
