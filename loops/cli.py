@@ -294,11 +294,11 @@ def fix(
         "Candidates per iteration, each run through the tests; the best is kept [default: several on the "
         "embedded model, else 1]"))] = None,
     examples: Annotated[bool | None, typer.Option("--examples/--no-examples", help=(
-        "Show some greedy candidates (all of them; one each) and every second sample worked examples of "
-        "small tasks solved [default: on the embedded model, else no]"))] = None,
+        "Show worked examples of small tasks solved to some greedy candidates (all the examples; one "
+        "each) and to every second sample [default: on the embedded model, else no]"))] = None,
     unpenalized: Annotated[bool | None, typer.Option("--unpenalized/--no-unpenalized", help=(
         "Draw greedy candidates without the embedded engine's repeat penalty (none; a light frequency "
-        "penalty) [default: on the embedded model, else no]"))] = None,
+        "penalty) and with a lower token cap [default: on the embedded model, else no]"))] = None,
     analyst: Annotated[bool | None, typer.Option("--analyst/--no-analyst", help=(
         "Ask the analyst LLM for the next instruction after failing tests [default: not on the embedded "
         "model, else yes]"))] = None,

@@ -178,7 +178,8 @@ class ExecuteValidateController(LoopModule):
     passes their tests) as demos: another prompt, another answer as good as the first. An executor
     with demos of its own (an optimized one) is shown those instead, and its candidate is sampled.
     With `unpenalized=True` greedy candidates go without the embedded engine's repeat penalty (no
-    penalty, then a light frequency penalty): other decoding, other answers, which pass other tasks.
+    penalty, then a light frequency penalty; at most `PENALIZED_MAX_TOKENS`, as the small model
+    otherwise loops to its limit): other decoding, other answers, which pass other tasks.
     `GREEDY_DRAWS` is the order.
 
     Left unset, `policy`, `samples`, `examples`, `unpenalized` and `analyst` follow the model that
