@@ -119,8 +119,9 @@ class Draw:
 
 
 # The greedy candidates, in the order they are tried: each is another prompt (no, all or one of the
-# worked examples) or other decoding (no repeat penalty, a light frequency penalty), and each passes
-# tasks the others do not (MBPP's train split, benchmarks/README.md).
+# worked examples) or other decoding (no repeat penalty, a light frequency penalty). On MBPP's train
+# split each of the first five passes tasks those before it do not; the last two passed none new there
+# and come last (benchmarks/README.md).
 GREEDY_DRAWS = (
     Draw(),
     Draw(examples=ALL_EXAMPLES),
