@@ -146,8 +146,8 @@ def draws(samples: int, examples: bool = False, unpenalized: bool = False) -> tu
 
 
 @functools.cache
-def worked_examples(indices: tuple[int, ...] = ALL_EXAMPLES) -> tuple[dspy.Example, ...]:
-    """Those of `WORKED_EXAMPLES` as demos of the built-in executor (`Run.call` copies them into each call)."""
+def worked_examples(indices: tuple[int, ...]) -> tuple[dspy.Example, ...]:
+    """The `WORKED_EXAMPLES` at `indices` as demos of the built-in executor (`Run.call` copies them into each call)."""
     return tuple(dspy.Example(task=task, target_file="solution.py", file_context="", code=code, notes="")
                  .with_inputs("task", "target_file", "file_context")
                  for task, code in (WORKED_EXAMPLES[index] for index in indices))
