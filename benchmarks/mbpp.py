@@ -43,7 +43,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
     "defaults": {
         "about": "what `loops fix` does on the model: policy, samples, analyst and max_iterations by "
-                 "loops.lm.code_loop_defaults",
+                 "loops.code.code_loop_defaults",
         "options": {},
     },
     "repair": {
@@ -174,7 +174,7 @@ def make_module(config: str, workspace: Any, validator: Any, task_timeout_s: flo
     import dspy
 
     from loops import Budget, ExecuteValidateController, tests_controller
-    from loops.lm import code_loop_defaults
+    from loops.code import code_loop_defaults
 
     options = config_options(config)
     if options.pop("controller", None) == "tests":
@@ -193,8 +193,8 @@ def first_answers(task: dict[str, Any], calls: list[tuple[dict[str, Any], Any]])
     import dspy
 
     from loops import Workspace
+    from loops.code import align_names, extract_code, read_interface
     from loops.execute_validate import PLAIN_TEXT
-    from loops.python_code import align_names, extract_code, read_interface
     from loops.signatures.execute_validate import ExecutorSignature
     from loops.signatures.results import CodeRequest
 
@@ -231,12 +231,12 @@ def sample_task(task: dict[str, Any], k: int, temperature: float = PASSK_TEMPERA
 def candidate_task(task: dict[str, Any]) -> dict[str, Any]:
     """Each candidate of the embedded defaults' first iteration (`loops.execute_validate.draws`),
     drawn as the loop draws it but each tested on its own: which kind of candidate passes which task."""
-    from loops.execute_validate import draws
-    from loops.lm import EMBEDDED_CODE_LOOP as DEFAULTS
+    from loops.code import EMBEDDED_CODE_LOOP as DEFAULTS
+    from loops.code import draws
 
-    plan = draws(DEFAULTS.samples, DEFAULTS.examples, DEFAULTS.unpenalized)
+    plan = draws(DEFAULTS.samples, DEFAULTS.examples, DEFAULTS.penalty_variants)
     started = time.monotonic()
-    _, answers = first_answers(task, [draw.call(number) for number, draw in enumerate(plan, 1)])
+    _, answers = first_answers(task, [draw.executor_call(number) for number, draw in enumerate(plan, 1)])
     for draw, answer in zip(plan, answers, strict=True):
         answer["kind"] = candidate_kind(draw)
     return {"config": "candidates", "task_id": task["task_id"], "passed": any(answer["passed"] for answer in answers),
@@ -246,7 +246,7 @@ def candidate_task(task: dict[str, Any]) -> dict[str, Any]:
 def candidate_kind(draw: Any) -> str:
     """A draw's name in records and tables: `greedy` or `sampled`, then `+examples` (all of them) or
     `+example3` (one, numbered from 1), `+frequency_penalty=0.2` (instead of the repeat penalty)."""
-    from loops.execute_validate import ALL_EXAMPLES
+    from loops.code.draws import ALL_EXAMPLES
 
     parts = ["sampled" if draw.sampled else "greedy"]
     if draw.examples:
@@ -273,7 +273,7 @@ def passk_curve(records: list[dict[str, Any]]) -> dict[int, float]:
 
 def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = None) -> dict[str, Any]:
     from loops import PytestValidator, Workspace
-    from loops.python_code import extract_code
+    from loops.code import extract_code
 
     with Workspace() as workspace:
         workspace.write({TEST_FILE: build_test_file(task)})
@@ -416,7 +416,7 @@ def run(args: argparse.Namespace) -> None:
 
     from loops.lm import local_lm
 
-    # "model": no adapter in the context, so the model's own rule applies (loops.lm.adapter_for), as in the CLI.
+    # "model": no adapter in the context, so the model's own rule applies (its profile), as in the CLI.
     adapters = {"model": lambda: None, "json": dspy.JSONAdapter}
 
     configs = [name.strip() for name in args.configs.split(",") if name.strip()]
@@ -509,7 +509,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="/tmp/mbpp.jsonl", help="JSON-lines file records are appended to")
     parser.add_argument("--adapter", choices=("model", "json"), default="model",
                         help="the context adapter (the executor always answers in plain text): model = the one "
-                             "the LM brings (loops.lm.adapter_for: CompactJSONAdapter for the embedded model), "
+                             "the LM brings (its profile: CompactJSONAdapter for the embedded model), "
                              "json = dspy.JSONAdapter")
     parser.add_argument("--task-timeout", type=float, default=None,
                         help="wall-clock limit of one task's loop in seconds (default: none)")

@@ -7,6 +7,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 from loops.budget import Budget, RetryPolicy
+from loops.code import tests_controller
+from loops.context import Observer, current_run, observing
 from loops.contracts import CREATOR_CRITIC, DIRECTOR, EXECUTE_VALIDATE, PhaseContract
 from loops.creator_critic import CreatorCriticIterator
 from loops.director import DirectorExecutorEvaluatorController
@@ -14,30 +16,40 @@ from loops.errors import (
     CommandNotFoundError,
     ConfigurationError,
     ContractError,
+    DeadlinePassed,
     DecisionError,
     LimitReached,
     LoopsError,
     MissingDependencyError,
+    ReplayDivergence,
     RoleFailed,
     RunError,
 )
-from loops.execute_validate import ExecuteValidateController, tests_controller
+from loops.execute_validate import ExecuteValidateController
 from loops.module import LoopModule
-from loops.runtime import STOP_REASONS, LoopResult, Observer, Run, Step, StopReason, current_run, observing
+from loops.runtime import STOP_REASONS, LoopResult, Run, Step, StopReason
 from loops.saving import load
-from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
+from loops.signatures.results import (
+    CodeRequest,
+    ControllerDecision,
+    StructuredAnalysisResult,
+    TaskResult,
+    ValidationResult,
+)
 from loops.validators import CallableValidator, PytestValidator, ShellValidator, Workspace
 
 __all__ = [
     "Budget",
     "CREATOR_CRITIC",
     "CallableValidator",
+    "CodeRequest",
     "CommandNotFoundError",
     "ConfigurationError",
     "ContractError",
     "ControllerDecision",
     "CreatorCriticIterator",
     "DIRECTOR",
+    "DeadlinePassed",
     "DecisionError",
     "DirectorExecutorEvaluatorController",
     "EXECUTE_VALIDATE",
@@ -50,6 +62,7 @@ __all__ = [
     "Observer",
     "PhaseContract",
     "PytestValidator",
+    "ReplayDivergence",
     "RetryPolicy",
     "RoleFailed",
     "Run",

@@ -1,4 +1,6 @@
-"""Adapters that suit small models: plain text for one free-form answer, compact JSON for the rest."""
+"""Adapters that suit small models (plain text for one free-form answer, compact JSON for the rest), and
+the one table of adapters a user can name (`ADAPTERS`: `--adapter`, `resolve(adapter=...)`, a model's
+profile)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ import textwrap
 import weakref
 from typing import Any
 
-from dspy.adapters import ChatAdapter, JSONAdapter
+from dspy.adapters import ChatAdapter, JSONAdapter, XMLAdapter
 from dspy.adapters.utils import format_field_value
 from dspy.signatures.signature import Signature
 
 from loops.errors import ConfigurationError
+
+__all__ = ["ADAPTERS", "ADAPTER_CLASSES", "CompactJSONAdapter", "PlainTextAdapter", "historyless_once", "mixed_in"]
 
 
 class PlainTextAdapter(ChatAdapter):
@@ -75,6 +79,13 @@ class CompactJSONAdapter(JSONAdapter):
     def user_message_output_requirements(self, signature: type[Signature]) -> str:
         keys = ", ".join(f"`{name}`" for name in signature.output_fields)
         return f"Respond with a JSON object with the keys {keys}."
+
+
+# The adapters a user names (`--adapter`, `resolve(adapter=...)`), one instance each: adapters keep no per-call state.
+ADAPTERS: dict[str, Any] = {"chat": ChatAdapter(), "json": JSONAdapter(), "compact": CompactJSONAdapter()}
+# The adapter classes a saved program may name as a constructor argument (`loops.saving`).
+ADAPTER_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (PlainTextAdapter, CompactJSONAdapter, ChatAdapter,
+                                                                   JSONAdapter, XMLAdapter)}
 
 
 class _HistorylessOnce:

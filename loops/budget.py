@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from loops.errors import ConfigurationError
 
+__all__ = ["MAX_ITERATIONS_CAP", "Budget", "RetryPolicy"]
+
 MAX_ITERATIONS_CAP = 1000
 
 

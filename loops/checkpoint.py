@@ -27,13 +27,10 @@ from typing import Any, Protocol
 
 import dspy
 
-from loops.errors import ConfigurationError
+from loops.errors import ConfigurationError, ReplayDivergence
 
-__all__ = ["CallRecord", "CheckpointStore", "MemoryStore", "ReplayDivergence", "RunRecord", "SQLiteStore", "open_store"]
-
-
-class ReplayDivergence(ConfigurationError):
-    """A resumed run does not match its record: another program, other inputs, or calls in another order."""
+__all__ = ["CallRecord", "CheckpointStore", "MemoryStore", "Replay", "RunRecord", "SQLiteStore", "open_store",
+           "stable_hash", "unpack"]
 
 
 @dataclass(frozen=True)
@@ -49,11 +46,11 @@ class RunRecord:
 @dataclass(frozen=True)
 class CallRecord:
     """One finished call: `nested` when a phase made it (a DSL atom inside a loop phase), `payload`
-    the pickled (result, step, warnings, turn)."""
+    the pickled (result, step, warnings, turn); `inputs_hash` the `stable_hash` of its inputs."""
 
     seq: int
     role: str
-    digest: str
+    inputs_hash: str
     nested: bool
     payload: bytes
 
@@ -123,6 +120,7 @@ class MemoryStore:
 class SQLiteStore:
     """Runs and their calls in one SQLite file; each call is committed as it finishes."""
 
+    # A call's `inputs_hash` is stored in the column `digest`, its first name, so that older files resume.
     _SCHEMA = """
         CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, program TEXT NOT NULL, inputs TEXT NOT NULL,
                                          created REAL NOT NULL, stop_reason TEXT);
@@ -155,7 +153,7 @@ class SQLiteStore:
     def record(self, run_id: str, call: CallRecord) -> None:
         with self._lock:
             self._db.execute("INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?)",
-                             (run_id, call.seq, call.role, call.digest, int(call.nested), call.payload))
+                             (run_id, call.seq, call.role, call.inputs_hash, int(call.nested), call.payload))
 
     def finish(self, run_id: str, stop_reason: str) -> None:
         with self._lock:
@@ -175,7 +173,8 @@ class SQLiteStore:
     def _calls(self, run_id: str) -> list[CallRecord]:
         rows = self._db.execute("SELECT seq, role, digest, nested, payload FROM calls WHERE run_id = ? ORDER BY seq",
                                 (run_id,)).fetchall()
-        return [CallRecord(seq, role, digest, bool(nested), payload) for seq, role, digest, nested, payload in rows]
+        return [CallRecord(seq, role, inputs_hash, bool(nested), payload)
+                for seq, role, inputs_hash, nested, payload in rows]
 
     def close(self) -> None:
         self._db.close()
@@ -193,8 +192,8 @@ def open_store(checkpoint: str | os.PathLike[str] | CheckpointStore) -> Checkpoi
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def digest(value: Any) -> str:
-    """A fingerprint of a call's inputs that is the same in every process (no memory addresses)."""
+def stable_hash(value: Any) -> str:
+    """A hash of a value (a call's inputs, a program) that is the same in every process (no memory addresses)."""
     return hashlib.sha256(_ADDRESS.sub("", repr(value)).encode("utf-8", "replace")).hexdigest()[:20]
 
 
@@ -207,7 +206,7 @@ class Replay:
         self.position = 0
         self.next_seq = len(self.recorded)
 
-    def take(self, role: str, inputs_digest: str, nested: bool) -> tuple[list[CallRecord], CallRecord] | None:
+    def take(self, role: str, inputs_hash: str, nested: bool) -> tuple[list[CallRecord], CallRecord] | None:
         """The record answering this call, with the nested calls recorded inside it; None when the call
         must run live. A phase the record has not finished runs live, and the calls it makes are
         answered by the nested records it did finish."""
@@ -218,7 +217,7 @@ class Replay:
         if end == len(self.recorded) or self.recorded[end].nested != nested:
             return None
         call = self.recorded[end]
-        if (call.role, call.digest) != (role, inputs_digest):
+        if (call.role, call.inputs_hash) != (role, inputs_hash):
             what = "another role" if call.role != role else "other inputs"
             raise ReplayDivergence(
                 f"run {self.run_id!r} diverged from its record at call {call.seq + 1}: the record has {call.role}, "
@@ -228,11 +227,11 @@ class Replay:
         self.position = end + 1
         return inner, call
 
-    def save(self, role: str, inputs_digest: str, nested: bool, result: Any, *details: Any) -> None:
+    def save(self, role: str, inputs_hash: str, nested: bool, result: Any, *details: Any) -> None:
         # A prediction holds its signature class, which may be built at run time: keep its fields only.
         portable = _Fields(dict(result.items())) if isinstance(result, dspy.Prediction) else result
         payload = pickle.dumps((portable, *details), protocol=pickle.HIGHEST_PROTOCOL)
-        self.store.record(self.run_id, CallRecord(self.next_seq, role, inputs_digest, nested, payload))
+        self.store.record(self.run_id, CallRecord(self.next_seq, role, inputs_hash, nested, payload))
         self.next_seq += 1
 
 

@@ -18,10 +18,28 @@ from typing import Any
 
 import dspy
 
-from loops.errors import ContractError
+from loops.errors import ContractError, DecisionError
 from loops.signatures.results import ControllerDecision, TaskResult, ValidationResult
 
+__all__ = [
+    "CREATOR_CRITIC",
+    "DECISION",
+    "DIRECTOR",
+    "EXECUTE_VALIDATE",
+    "PhaseContract",
+    "as_validation",
+    "contracts",
+    "decision",
+    "field_of",
+    "files_of",
+    "outcome_passed",
+    "verdict_approved",
+    "verdict_feedback",
+]
+
 DECISION = "a decision: ControllerDecision, or ('continue', next_input) / ('stop', final_value) as a tuple or list"
+_DECISION_FORMS = ("ControllerDecision, a 2-element list/tuple ('continue' | 'stop', value), "
+                   "or a dict {'action': 'continue' | 'stop', 'value': ...}")
 
 
 @dataclass(frozen=True)
@@ -100,7 +118,7 @@ def field_of(value: Any, *names: str) -> Any:
     return None
 
 
-def passed(value: Any) -> bool:
+def outcome_passed(value: Any) -> bool:
     """Whether a validation or an evaluation says the attempt is good."""
     if isinstance(value, ValidationResult):
         return value.ok
@@ -112,7 +130,7 @@ def passed(value: Any) -> bool:
         return value.strip().upper() in _PASSING_STATUSES
     status = field_of(value, "status", "success", "ok", "passed")
     if status is not None:
-        return passed(status)
+        return outcome_passed(status)
     code = field_of(value, "exit_code")
     return code == 0 if code is not None else False
 
@@ -169,4 +187,19 @@ def verdict_feedback(verdict: Any) -> str:
 
 def decision(raw: Any) -> ControllerDecision:
     """What a controller returned, as a decision (raises `DecisionError` saying what to return)."""
-    return ControllerDecision.coerce(raw)
+    if isinstance(raw, ControllerDecision):
+        return raw
+    action: Any = None
+    value: Any = None
+    if isinstance(raw, list | tuple) and len(raw) == 2 and isinstance(raw[0], str):
+        action, value = raw
+    elif isinstance(raw, dict) and "action" in raw and set(raw) <= {"action", "value"}:
+        action, value = raw["action"], raw.get("value")
+    if isinstance(action, str) and action.strip().lower() in ("continue", "stop"):
+        return ControllerDecision(action=action, value=value)
+    raise DecisionError(f"controller returned {_short_repr(raw)}, which is not a decision; expected {_DECISION_FORMS}")
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -20,10 +20,11 @@ import dspy
 from loops.contracts import CREATOR_CRITIC, verdict_approved, verdict_feedback
 from loops.errors import ConfigurationError
 from loops.module import LoopModule
-from loops.runtime import Program, Run
-from loops.signatures.creator_critic import CreatorSignature, CriticSignature, IteratorSignature
+from loops.runtime import RoleCalls, Run
+from loops.signatures.creator_critic import CRITERIA, CreatorSignature, CriticSignature, IteratorSignature
 
-CRITERIA = ("accuracy", "completeness", "quality")
+__all__ = ["CreatorCriticIterator"]
+
 _UNREVIEWED = (-1, 0)  # a draft the critic has not judged ranks below every judged one
 
 
@@ -46,7 +47,7 @@ class CreatorCriticIterator(LoopModule):
             ("creator", creator, lambda: dspy.ChainOfThought(CreatorSignature)),
             ("critic", critic, lambda: dspy.Predict(CriticSignature)),
             ("iterator", iterator, lambda: dspy.Predict(IteratorSignature)),
-        ) if self._plug(role, phase, builtin))
+        ) if self._set_phase(role, phase, builtin))
 
     def forward(self, requirements: Any, context: Any = "", **limits: Any) -> dspy.Prediction:
         self._check_inputs(requirements, context)
@@ -64,16 +65,16 @@ class CreatorCriticIterator(LoopModule):
         if context is None or (text and not isinstance(context, str)):
             raise ConfigurationError(f"context must be a str (it may be empty), got {context!r:.100}")
 
-    def _loop(self, run: Run, requirements: str, context: str) -> Program:
+    def _loop(self, run: Run, requirements: str, context: str) -> RoleCalls:
         if not run.next_iteration():
             return run.finish("max_iterations")
         draft = yield from self._create(run, requirements, context)
         while True:
-            run.keep(_UNREVIEWED, final=draft, success=False,
+            run.offer_candidate(_UNREVIEWED, final=draft, success=False,
                      best_attempt={"iteration": run.iteration, "draft": draft, "verdict": None})
             verdict = yield from self._review(run, requirements, draft)
             approved = verdict_approved(verdict)
-            run.keep(_score(verdict, approved), final=draft, success=approved,
+            run.offer_candidate(_score(verdict, approved), final=draft, success=approved,
                      best_attempt={"iteration": run.iteration, "draft": draft, "verdict": verdict})
             if approved:
                 return run.finish("approved", final=draft, success=True)
@@ -81,13 +82,13 @@ class CreatorCriticIterator(LoopModule):
                 return run.finish("max_iterations")
             draft = yield from self._revise(run, requirements, draft, verdict)
 
-    def _create(self, run: Run, requirements: str, context: str) -> Program:
+    def _create(self, run: Run, requirements: str, context: str) -> RoleCalls:
         if "creator" in self._builtin:
             return (yield from run.call("creator", requirements=requirements, context=context)).draft
         return (yield from run.call_phase("creator", requirements=requirements, context=context,
                                           iteration=run.iteration))
 
-    def _review(self, run: Run, requirements: str, draft: Any) -> Program:
+    def _review(self, run: Run, requirements: str, draft: Any) -> RoleCalls:
         if "critic" not in self._builtin:
             return (yield from run.call_phase("critic", requirements=requirements, draft=draft,
                                               iteration=run.iteration))
@@ -100,7 +101,7 @@ class CreatorCriticIterator(LoopModule):
             verdict = dspy.Prediction(**{**verdict, "approved": False})
         return verdict
 
-    def _revise(self, run: Run, requirements: str, draft: Any, verdict: Any) -> Program:
+    def _revise(self, run: Run, requirements: str, draft: Any, verdict: Any) -> RoleCalls:
         if "iterator" not in self._builtin:
             return (yield from run.call_phase("iterator", requirements=requirements, draft=draft, feedback=verdict,
                                               iteration=run.iteration))

@@ -18,10 +18,10 @@ from typing import Any
 
 import dspy
 
-from loops.contracts import DIRECTOR, decision, passed
+from loops.contracts import DIRECTOR, decision, outcome_passed
 from loops.errors import ConfigurationError, RoleFailed
 from loops.module import LoopModule
-from loops.runtime import Program, Run
+from loops.runtime import RoleCalls, Run
 from loops.signatures.director import (
     DirectorSignature,
     EvaluatorSignature,
@@ -29,6 +29,8 @@ from loops.signatures.director import (
     PlanExecutorSignature,
 )
 from loops.signatures.results import ControllerDecision
+
+__all__ = ["DirectorExecutorEvaluatorController"]
 
 
 def _text(value: Any) -> str:
@@ -55,7 +57,7 @@ class DirectorExecutorEvaluatorController(LoopModule):
             ("executor", executor, lambda: dspy.Predict(PlanExecutorSignature)),
             ("evaluator", evaluator, lambda: dspy.Predict(EvaluatorSignature)),
             ("controller", controller, lambda: dspy.Predict(LoopControllerSignature)),
-        ) if self._plug(role, phase, builtin))
+        ) if self._set_phase(role, phase, builtin))
 
     def forward(self, initial_input: Any, **limits: Any) -> dspy.Prediction:
         self._check_input(initial_input)
@@ -69,7 +71,7 @@ class DirectorExecutorEvaluatorController(LoopModule):
         if initial_input is None or ("director" in self._builtin and not _text(initial_input).strip()):
             raise ConfigurationError(f"initial_input must be a goal (a non-empty value), got {initial_input!r:.100}")
 
-    def _loop(self, run: Run, initial_input: Any) -> Program:
+    def _loop(self, run: Run, initial_input: Any) -> RoleCalls:
         goal = _text(initial_input)
         current = initial_input
         while run.next_iteration():
@@ -78,38 +80,38 @@ class DirectorExecutorEvaluatorController(LoopModule):
                                           current_input=current, iteration=iteration)
             result = yield from self._phase(run, "executor", "result", {"plan": _text(plan)},
                                             plan=plan, iteration=iteration)
-            # Kept before it is judged: an evaluator that fails must not lose the result.
-            run.keep((-1,), best_attempt={"iteration": iteration, "plan": plan, "result": result, "feedback": None})
-            run.update(final=result, success=False)
+            attempt = {"iteration": iteration, "plan": plan, "result": result, "feedback": None}
+            # Offered before it is judged: an evaluator that fails must not lose the result.
+            run.offer_candidate((-1,), best_attempt=attempt)
+            run.set_latest(final=result, success=False)
             feedback = yield from self._evaluate(run, goal, plan, result, iteration)
-            success = passed(feedback)
-            run.keep((int(success),), best_attempt={"iteration": iteration, "plan": plan, "result": result,
-                                                    "feedback": feedback})
-            run.update(final=result, success=success)
+            success = outcome_passed(feedback)
+            run.offer_candidate((int(success),), best_attempt={**attempt, "feedback": feedback})
+            run.set_latest(final=result, success=success)
             verdict = yield from self._decide(run, goal, feedback, plan, result, iteration)
             if verdict.should_stop:
                 return run.finish("stopped", final=verdict.value)
             current = verdict.value
         return run.finish("max_iterations")
 
-    def _phase(self, run: Run, role: str, output: str, llm_inputs: dict[str, Any], **arguments: Any) -> Program:
+    def _phase(self, run: Run, role: str, output: str, llm_inputs: dict[str, Any], **arguments: Any) -> RoleCalls:
         if role in self._builtin:
             prediction = yield from run.call(role, **llm_inputs)
             return prediction[output]
         return (yield from run.call_phase(role, **arguments))
 
-    def _evaluate(self, run: Run, goal: str, plan: Any, result: Any, iteration: int) -> Program:
+    def _evaluate(self, run: Run, goal: str, plan: Any, result: Any, iteration: int) -> RoleCalls:
         if "evaluator" in self._builtin:
             verdict = yield from run.call("evaluator", goal=goal, plan=_text(plan), result=_text(result))
             return {"status": verdict.status, "feedback": verdict.feedback}
         return (yield from run.call_phase("evaluator", execution_result=result, plan=plan, iteration=iteration))
 
-    def _decide(self, run: Run, goal: str, feedback: Any, plan: Any, result: Any, iteration: int) -> Program:
+    def _decide(self, run: Run, goal: str, feedback: Any, plan: Any, result: Any, iteration: int) -> RoleCalls:
         if "controller" not in self._builtin:
             raw = yield from run.call_phase("controller", feedback=feedback, plan=plan, execution_result=result,
                                             iteration=iteration)
             return decision(raw)
-        if passed(feedback):
+        if outcome_passed(feedback):
             return ControllerDecision.stop(result)
         details = feedback.get("feedback", feedback) if isinstance(feedback, dict) else feedback
         try:

@@ -8,10 +8,15 @@
     │   ├── MissingDependencyError (ImportError)     an optional extra is not installed
     │   ├── CommandNotFoundError (FileNotFoundError) a validator's executable does not exist
     │   ├── ContractError (TypeError)        a phase does not fit its contract (arity, what it returns)
-    │   └── DecisionError                    a controller returned something that is not a decision
-    └── RunError (RuntimeError)              a failure during a run
-        ├── LimitReached                     a budget limit was hit (raised only with strict=True)
-        └── RoleFailed                       a role or phase failed for good; the cause is chained
+    │   ├── DecisionError                    a controller returned something that is not a decision
+    │   └── ReplayDivergence                 a resumed run does not match its checkpoint's record
+    ├── RunError (RuntimeError)              a failure during a run
+    │   ├── LimitReached                     a budget limit was hit (raised only with strict=True)
+    │   │   └── DeadlinePassed (TimeoutError)    an LM call abandoned at the run's deadline; the
+    │   │                                    runtime turns it into the graceful stop "timeout"
+    │   └── RoleFailed                       a role or phase failed for good; the cause is chained
+    └── DslError                             an error in a DSL program, at a position: its own branch,
+                                             drawn in `loops.sexp.errors`
 
 A developer's mistake always raises. A failure during a run never loses the work: by default the
 loop ends gracefully with the best result so far, a `stop_reason` and `warnings`, and the error on
@@ -26,6 +31,20 @@ itself, like a developer's mistake.
 from __future__ import annotations
 
 from typing import Any
+
+__all__ = [
+    "CommandNotFoundError",
+    "ConfigurationError",
+    "ContractError",
+    "DeadlinePassed",
+    "DecisionError",
+    "LimitReached",
+    "LoopsError",
+    "MissingDependencyError",
+    "ReplayDivergence",
+    "RoleFailed",
+    "RunError",
+]
 
 
 class LoopsError(Exception):
@@ -53,6 +72,10 @@ class DecisionError(ConfigurationError):
     """A controller returned a value that is not a continue/stop decision."""
 
 
+class ReplayDivergence(ConfigurationError):
+    """A resumed run does not match its record: another program, other inputs, or calls in another order."""
+
+
 class RunError(LoopsError, RuntimeError):
     """A loop run failed. `prediction` holds what the run produced before the failure, if any."""
 
@@ -65,6 +88,14 @@ class LimitReached(RunError):
     def __init__(self, reason: str, message: str):
         super().__init__(message)
         self.reason = reason
+
+
+class DeadlinePassed(LimitReached, TimeoutError):
+    """An LM call was abandoned because the run's time was up (raised by engines; the runtime ends the run
+    with the stop reason "timeout")."""
+
+    def __init__(self, message: str):
+        super().__init__("timeout", message)
 
 
 class RoleFailed(RunError):

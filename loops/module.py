@@ -14,10 +14,14 @@ from typing import Any
 import dspy
 
 from loops.budget import Budget, RetryPolicy
-from loops.checkpoint import CheckpointStore, Replay, digest, open_store
+from loops.checkpoint import CheckpointStore, Replay, open_store, stable_hash
 from loops.contracts import PhaseContract
 from loops.errors import ConfigurationError
-from loops.runtime import _UNSET, Program, Run, adrive, drive, predictor_of
+from loops.lm import resolve
+from loops.runtime import UNSET, RoleCalls, Run, adrive, drive, predictor_of
+from loops.saving import encode, lm_reference
+
+__all__ = ["LoopModule"]
 
 
 class LoopModule(dspy.Module):
@@ -67,7 +71,7 @@ class LoopModule(dspy.Module):
         retry: RetryPolicy | None = None,
         strict: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        history_window: int | Mapping[str, int | None] | None | object = _UNSET,
+        history_window: int | Mapping[str, int | None] | None | object = UNSET,
         history_summary: bool = False,
         checkpoint: str | os.PathLike[str] | CheckpointStore | None = None,
     ):
@@ -87,7 +91,7 @@ class LoopModule(dspy.Module):
         self.checkpoint = checkpoint
         self._llm_roles: list[str] = []
 
-    def _plug(self, role: str, phase: Any, builtin: Callable[[], dspy.Module]) -> bool:
+    def _set_phase(self, role: str, phase: Any, builtin: Callable[[], dspy.Module]) -> bool:
         """Set the role's phase: `phase` checked against its contract, or the built-in LLM role (built
         only when it will run). Returns whether the built-in one is used."""
         if phase is None:
@@ -118,15 +122,13 @@ class LoopModule(dspy.Module):
                 parts.append((name, predictor.signature.instructions, tuple(predictor.signature.fields)))
             elif role is not None:
                 parts.append((name, getattr(role, "__qualname__", type(role).__qualname__)))
-        return f"{type(self).__module__}.{type(self).__qualname__}:{digest(parts)}"
+        return f"{type(self).__module__}.{type(self).__qualname__}:{stable_hash(parts)}"
 
     # Saving and loading (loops.saving) -----------------------------------------------------------------
 
     def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
         """DSPy's state (demos, instructions) with the loop's class, the arguments it was built with and
         each role's LM as a model string, instead of the LM's endpoint settings."""
-        from loops.saving import encode, lm_reference
-
         state = super().dump_state(json_mode=json_mode)
         lms = {}
         for name, predictor in self.named_predictors():
@@ -139,8 +141,8 @@ class LoopModule(dspy.Module):
             "budget": dataclasses.asdict(self.budget),
             "retry": dataclasses.asdict(self.retry),
             "strict": self.strict,
-            "history_window": None if self.history_window is _UNSET else self.history_window,
-            "history_window_set": self.history_window is not _UNSET,
+            "history_window": None if self.history_window is UNSET else self.history_window,
+            "history_window_set": self.history_window is not UNSET,
             "history_summary": self.history_summary,
             "lms": lms,
         }
@@ -149,8 +151,6 @@ class LoopModule(dspy.Module):
     def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> LoopModule:
         """DSPy's state, then the saved loop settings (budget, retry policy, strictness, histories) and
         the roles' LMs (`loops.lm.resolve` of the saved model strings)."""
-        from loops.lm import resolve
-
         saved = state.get("loops") or {}
         state = {**state, **{name: {**state[name], "lm": None} for name, _ in self.named_predictors()
                              if name in saved.get("lms", {}) and name in state}}
@@ -163,7 +163,7 @@ class LoopModule(dspy.Module):
         self.budget = Budget(**saved["budget"])
         self.retry = RetryPolicy(**saved["retry"])
         self.strict = saved["strict"]
-        self.history_window = saved["history_window"] if saved["history_window_set"] else _UNSET
+        self.history_window = saved["history_window"] if saved["history_window_set"] else UNSET
         self.history_summary = saved["history_summary"]
         predictors = dict(self.named_predictors())
         for name, model in saved.get("lms", {}).items():
@@ -189,7 +189,7 @@ class LoopModule(dspy.Module):
             if store is None:
                 raise ConfigurationError(f"run_id={run_id!r} needs a checkpoint: pass checkpoint='runs.db' (or a "
                                          "store) to the module or the call")
-            replay = Replay(open_store(store), run_id, self.fingerprint(), digest(inputs))
+            replay = Replay(open_store(store), run_id, self.fingerprint(), stable_hash(inputs))
         return Run(
             module=self,
             budget=budget.override(**limits) if limits else budget,
@@ -203,14 +203,14 @@ class LoopModule(dspy.Module):
             replay=replay,
         )
 
-    def _loop(self, run: Run, **inputs: Any) -> Program:
+    def _loop(self, run: Run, **inputs: Any) -> RoleCalls:
         raise NotImplementedError
 
 
 def _check_window(window: Any) -> None:
     values = window.values() if isinstance(window, Mapping) else [window]
     for value in values:
-        if value is not _UNSET and value is not None and (
+        if value is not UNSET and value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ConfigurationError(f"history_window must be a number of turns (an int >= 0), None for all of "
                                      f"them, or a {{role: turns}} dict; got {window!r}")

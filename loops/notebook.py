@@ -1,4 +1,4 @@
-"""Looking at loop runs in Jupyter: rich displays, a trace as a DataFrame, a run as a plot.
+"""Looking at loop runs in Jupyter: a trace as a DataFrame, a run as a plot.
 
     result = loop(requirements="A haiku about rain")
     result                                   # a summary, the trace as a table, each role's history folded
@@ -6,237 +6,23 @@
     loops.notebook.trace_frame({"before": a, "after": b})   # many runs: a `run` column says which
     loops.notebook.plot_run(result)          # tokens per role, and how each iteration was judged
 
-Every loop's prediction (`loops.runtime.LoopResult`) and trace step (`loops.Step`) render through
-the HTML helpers here; they need nothing beyond the standard library. `trace_frame` needs pandas and
-`plot_run` matplotlib: `pip install 'loops[notebooks]'`.
+A loop's prediction (`loops.LoopResult`) and its trace steps (`loops.Step`) render themselves in
+Jupyter through `loops.display`. `trace_frame` needs pandas and `plot_run` matplotlib:
+`pip install 'loops[notebooks]'`.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dspy
 
-from loops.contracts import as_validation, passed, verdict_approved
-from loops.errors import ContractError, MissingDependencyError
+from loops.display import step_judgement, step_outcome
+from loops.errors import MissingDependencyError
 
-if TYPE_CHECKING:
-    from loops.runtime import Step
+__all__ = ["TRACE_COLUMNS", "plot_run", "trace_frame"]
 
-__all__ = [
-    "TRACE_COLUMNS",
-    "dsl_error_html",
-    "history_html",
-    "plot_run",
-    "result_html",
-    "result_text",
-    "step_html",
-    "step_judgement",
-    "step_outcome",
-    "trace_frame",
-]
-
-_SHORT = 100  # characters of a value shown in a summary before it is cut
-_CRITERIA = ("accuracy_passed", "completeness_passed", "quality_passed")
-_STYLE = ("<style>.loops-result table{border-collapse:collapse;font-size:90%}"
-          ".loops-result td,.loops-result th{padding:2px 8px;text-align:left;vertical-align:top}"
-          ".loops-result pre{white-space:pre-wrap;margin:0}</style>")
-
-
-# --- what one step did -----------------------------------------------------------------------------------
-
-
-def step_judgement(step: Step) -> tuple[str, float] | None:
-    """How a judging step scored the work, as (what was measured, a value from 0 to 1), or None for a
-    step that judges nothing (a creator, an executor) or failed.
-
-    The built-in critic: the share of its three criteria met (a custom critic: approved, 1 or 0); the
-    validator: the share of tests passed (1 or 0 by exit code when it does not count tests); the
-    evaluator: 1 for PASS, 0 for FAIL. Custom phases are read through their contracts
-    (`loops.contracts`), so a validator's bool or exit code counts too."""
-    if step.error or not step.outputs:
-        return None
-    outputs = step.outputs
-    if all(name in outputs for name in _CRITERIA):
-        return "criteria met", sum(bool(outputs[name]) for name in _CRITERIA) / len(_CRITERIA)
-    validation = _validation(step)
-    if validation is not None:
-        if validation.passed is not None and validation.failed is not None and validation.passed + validation.failed:
-            return "tests passed", validation.passed / (validation.passed + validation.failed)
-        return "tests passed", float(validation.ok)
-    verdict = _verdict(step)
-    if verdict is not None:
-        return verdict[0], float(verdict[1])
-    return None
-
-
-def step_outcome(step: Step) -> str:
-    """A few words on what the step came to: an error, a verdict, a test run, a decision, or "ok"."""
-    if step.error:
-        return f"error: {_cut(step.error, 60)}"
-    outputs = step.outputs or {}
-    if all(name in outputs for name in _CRITERIA) and "approved" in outputs:
-        met = sum(bool(outputs[name]) for name in _CRITERIA)
-        return f"{'approved' if outputs['approved'] else 'needs revision'} ({met}/{len(_CRITERIA)} criteria)"
-    validation = _validation(step)
-    if validation is not None:
-        counts = f", {validation.passed} passed, {validation.failed} failed" if validation.passed is not None else ""
-        return f"{'tests pass' if validation.ok else 'tests fail'} (exit {validation.exit_code}{counts})"
-    verdict = _verdict(step)
-    if verdict is not None:
-        measure, good = verdict
-        if measure == "critic approved":
-            return "approved" if good else "needs revision"
-        return "PASS" if good else "FAIL"
-    if "action" in outputs:
-        return f"decides: {outputs['action']}"
-    if isinstance(outputs.get("success"), bool):
-        return "judges: success" if outputs["success"] else "judges: failure"
-    return "ok"
-
-
-def _value(step: Step) -> Any:
-    """What the step returned: a phase's value (its outputs are {"result": value}), else the role's fields."""
-    outputs = step.outputs or {}
-    return outputs["result"] if set(outputs) == {"result"} else outputs
-
-
-def _validation(step: Step) -> Any:
-    """The step's test run as a `ValidationResult`, when it is one (the validator's, or a phase's that
-    returned one), else None."""
-    from loops.signatures.results import ValidationResult
-
-    value = _value(step)
-    if not (step.role == "validator" or isinstance(value, ValidationResult)):
-        return None
-    try:
-        return as_validation(value)
-    except ContractError:
-        return None
-
-
-def _verdict(step: Step) -> tuple[str, bool] | None:
-    """An evaluator's PASS/FAIL or a critic's approval, as (what was measured, whether it passed)."""
-    value = _value(step)
-    try:
-        if step.role == "evaluator" or (isinstance(value, Mapping) and "status" in value):
-            return "evaluator passed", passed(value)
-        if step.role == "critic":
-            return "critic approved", verdict_approved(value)
-    except (ContractError, TypeError, ValueError):
-        return None
-    return None
-
-
-# --- text and HTML ---------------------------------------------------------------------------------------
-
-
-def result_text(result: Any) -> str:
-    """A loop's prediction in a few lines: the outcome, the final value cut short, the warnings, and the
-    trace and histories counted rather than dumped (they are on `.trace` and `.histories`)."""
-    trace = list(result.get("trace") or ())
-    histories = result.get("histories") or {}
-    lines = [f"LoopResult(success={result.get('success')!r}, stop_reason={result.get('stop_reason')!r}, "
-             f"iterations={result.get('iterations')}, lm_calls={result.get('lm_calls')}, "
-             f"tokens={result.get('tokens')},",
-             f"    final={_cut(repr(result.get('final')), _SHORT)},"]
-    if result.get("warnings"):
-        lines.append(f"    warnings={result.get('warnings')!r},")
-    if result.get("error") is not None:
-        lines.append(f"    error={_cut(repr(result.get('error')), _SHORT)},")
-    steps = ", ".join(f"{step.role}#{step.iteration}" for step in trace[:12]) + (", ..." if len(trace) > 12 else "")
-    lines.append(f"    trace=[{len(trace)} steps: {steps}],")
-    turns = ", ".join(f"{role}: {len(history.messages)}" for role, history in histories.items())
-    lines.append(f"    histories={{{turns}}} turns)")
-    return "\n".join(lines)
-
-
-def result_html(result: Any) -> str:
-    """A loop's prediction as HTML: a summary table, the trace as a table, each role's history in a
-    folded <details> block."""
-    summary = [("final", _pre(result.get("final"))), ("success", _escape(result.get("success"))),
-               ("stop reason", _escape(result.get("stop_reason"))), ("iterations", _escape(result.get("iterations"))),
-               ("LM calls", _escape(result.get("lm_calls"))), ("tokens", _escape(result.get("tokens")))]
-    if result.get("cost_usd"):
-        summary.append(("cost", f"${result.get('cost_usd'):.4f}"))
-    if result.get("warnings"):
-        summary.append(("warnings", "<br>".join(_escape(warning) for warning in result.get("warnings"))))
-    if result.get("error") is not None:
-        summary.append(("error", _escape(result.get("error"))))
-    rows = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in summary)
-    parts = [_STYLE, "<div class='loops-result'>", f"<table>{rows}</table>",
-             f"<h4>trace ({len(result.get('trace') or ())} role calls)</h4>", _trace_table(result.get("trace") or ())]
-    histories = result.get("histories") or {}
-    if histories:
-        parts.append("<h4>histories</h4>")
-        parts.extend(history_html(role, history) for role, history in histories.items())
-    parts.append("</div>")
-    return "".join(parts)
-
-
-def step_html(step: Step) -> str:
-    """One trace step as HTML: the table row's facts, then its inputs and outputs."""
-    facts = _trace_table([step])
-    fields = [("inputs", step.inputs), ("outputs", step.outputs)]
-    if step.note:
-        fields.append(("note", step.note))
-    details = "".join(f"<tr><th>{name}</th><td>{_fields_html(value)}</td></tr>" for name, value in fields)
-    return f"{_STYLE}<div class='loops-result'>{facts}<table>{details}</table></div>"
-
-
-def history_html(role: str, history: Any) -> str:
-    """A role's `dspy.History` as a folded <details> block: one numbered turn per entry, field by field."""
-    messages = list(getattr(history, "messages", history) or ())
-    turns = "".join(f"<tr><th>{number}</th><td>{_fields_html(turn)}</td></tr>"
-                    for number, turn in enumerate(messages, start=1))
-    return (f"<details><summary><b>{_escape(role)}</b>: {len(messages)} turn(s)</summary>"
-            f"<table>{turns}</table></details>")
-
-
-def dsl_error_html(error: Any) -> str:
-    """A DSL error (`loops.sexp.DslError`) as HTML: its kind, position and message, then the source line
-    with a caret under the column (as `str(error)` shows them in a terminal)."""
-    node = getattr(error, "node", None)
-    message = getattr(error, "message", str(error))
-    where = f"{_escape(node.location)}: " if node is not None else ""
-    excerpt = f"<pre>{_escape(node.excerpt())}</pre>" if node is not None else ""
-    return (f"<div class='loops-dsl-error' style='border-left:3px solid #c00;padding-left:8px'>"
-            f"<b>{_escape(type(error).__name__)}</b> {where}{_escape(message)}{excerpt}</div>")
-
-
-def _trace_table(trace: Iterable[Step]) -> str:
-    header = "".join(f"<th>{name}</th>" for name in ("role", "iteration", "seconds", "tokens in/out", "attempts",
-                                                      "outcome"))
-    rows = []
-    for step in trace:
-        tokens = f"{step.tokens['input']}/{step.tokens['output']}" if step.tokens else "-"
-        note = f" <i>({_escape(_cut(step.note, 80))})</i>" if step.note else ""
-        rows.append(f"<tr><td>{_escape(step.role)}</td><td>{step.iteration}</td><td>{step.seconds:.1f}</td>"
-                    f"<td>{tokens}</td><td>{step.attempts}</td><td>{_escape(step_outcome(step))}{note}</td></tr>")
-    return f"<table><tr>{header}</tr>{''.join(rows)}</table>"
-
-
-def _fields_html(value: Any) -> str:
-    if not isinstance(value, Mapping):
-        return _pre(value)
-    return "".join(f"<b>{_escape(name)}</b>{_pre(field)}" for name, field in value.items())
-
-
-def _pre(value: Any) -> str:
-    return f"<pre>{_escape(_cut(value if isinstance(value, str) else repr(value), 2_000))}</pre>"
-
-
-def _escape(value: Any) -> str:
-    return html.escape(str(value))
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-# --- a trace as a DataFrame, a run as a plot ---------------------------------------------------------------
 
 TRACE_COLUMNS = ("role", "iteration", "seconds", "attempts", "lm_calls", "input_tokens", "output_tokens",
                  "outcome", "judged", "score", "error", "note")
@@ -261,7 +47,7 @@ def trace_frame(runs: Any) -> Any:
         named = None
     if named is None or not all(_is_result(result) for _, result in named):
         raise TypeError(f"trace_frame takes a loop's result (a prediction with a trace) or a list or dict of them, "
-                        f"got {_cut(repr(runs), 100)}")
+                        f"got {repr(runs)[:100]}")
     rows = [{"run": name, **row} for name, result in named for row in _rows(result)]
     return pandas.DataFrame(rows, columns=["run", *TRACE_COLUMNS])
 

@@ -2,7 +2,7 @@
 
 A pattern writes its control flow once, as a generator that delegates every role call to the run::
 
-    def _loop(self, run, requirements, context):
+    def _loop(self, run, requirements, context) -> RoleCalls:
         draft = (yield from run.call("creator", requirements=requirements, context=context)).draft
         ...
         return run.finish("approved")
@@ -11,6 +11,10 @@ The generator yields low-level operations (call a role, wait before a retry). `d
 synchronously, for `forward()` (what DSPy optimizers call); `adrive` performs the very same
 operations asynchronously, for `aforward()`. Budgets, retries, per-role histories, the trace and
 graceful stops live in `Run`, written once for both.
+
+The runtime knows a model only by its profile (`loops.profile`: adapter, history window, price) and
+renders its results through `loops.display`; it imports no model module and no notebook code. The run
+in progress, with its deadline, is published in `loops.context` for engines, tools and the DSL.
 """
 
 from __future__ import annotations
@@ -25,18 +29,37 @@ import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, get_args
 
 import dspy
 from dspy.utils import exceptions as dspy_errors
 from dspy.utils.usage_tracker import UsageTracker
 
-from loops import checkpoint
+from loops import checkpoint, context, display, profile
 from loops.adapters import historyless_once
 from loops.budget import Budget, RetryPolicy
 from loops.contracts import PhaseContract
 from loops.demos import curate_trace, demos_without_history
-from loops.errors import ConfigurationError, LimitReached, LoopsError, RoleFailed, RunError
+from loops.errors import ConfigurationError, DeadlinePassed, LimitReached, LoopsError, RoleFailed, RunError
+
+__all__ = [
+    "LIMIT_REASONS",
+    "RESULT_FIELDS",
+    "STOP_REASONS",
+    "UNSET",
+    "LoopResult",
+    "RoleCalls",
+    "Run",
+    "Step",
+    "StopReason",
+    "adrive",
+    "condense_turns",
+    "drive",
+    "failure_action",
+    "is_transient",
+    "predictor_of",
+    "setup_error",
+]
 
 StopReason = Literal["approved", "stopped", "completed", "no_progress", "max_iterations", "timeout", "context_limit",
                      "lm_calls", "tokens", "cost", "error"]
@@ -128,33 +151,25 @@ class Step:
 
     def __repr__(self) -> str:
         # One short line: a trace holds dozens of steps, and their inputs hold whole histories of drafts.
-        from loops.notebook import step_outcome  # display helpers live with the notebook ones
-
         tokens = f", tokens={self.tokens['input']}/{self.tokens['output']}" if self.tokens else ""
         return (f"Step({self.role!r}, iteration={self.iteration}, {self.seconds:.1f}s{tokens}, "
-                f"{step_outcome(self)!r})")
+                f"{display.step_outcome(self)!r})")
 
     def _repr_html_(self) -> str:
-        from loops.notebook import step_html
-
-        return step_html(self)
+        return display.step_html(self)
 
 
 class LoopResult(dspy.Prediction):
     """What every loop returns: a `dspy.Prediction` with `RESULT_FIELDS`, `tokens`, `cost_usd` and the
     pattern's aliases, which shows itself briefly. Its repr is a few lines (the trace and histories are
     counted, not dumped); in Jupyter it is a summary, the trace as a table and each role's history
-    folded (`loops.notebook`). It equals a plain `dspy.Prediction` with the same fields."""
+    folded (`loops.display`). It equals a plain `dspy.Prediction` with the same fields."""
 
     def __repr__(self) -> str:
-        from loops.notebook import result_text
-
-        return result_text(self)
+        return display.result_text(self)
 
     def _repr_html_(self) -> str:
-        from loops.notebook import result_html
-
-        return result_html(self)
+        return display.result_html(self)
 
 
 def _jsonable(value: Any) -> Any:
@@ -163,14 +178,6 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "toDict"):
         return value.toDict()
     return str(value)
-
-
-class Observer(Protocol):
-    """Receives a run's progress, e.g. to draw a live display. Both methods are optional."""
-
-    def role_started(self, role: str, iteration: int) -> None: ...
-
-    def step_finished(self, step: Step) -> None: ...
 
 
 class _Unset:
@@ -186,40 +193,10 @@ class _Unset:
         return self
 
     def __reduce__(self) -> str:
-        return "_UNSET"
+        return "UNSET"
 
 
-_UNSET: Any = _Unset()  # a limit or option not given: the default applies
-
-_observers: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar("loops_observers", default=())
-_current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar("loops_current_run", default=None)
-_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("loops_deadline", default=None)
-
-
-@contextlib.contextmanager
-def observing(observer: Observer) -> Iterator[Observer]:
-    """Report the progress of every loop run in this context (thread or task) to `observer`."""
-    token = _observers.set((*_observers.get(), observer))
-    try:
-        yield observer
-    finally:
-        _observers.reset(token)
-
-
-def current_run() -> Run | None:
-    """The run whose phase is executing now, if any: a phase may make role calls that belong to it."""
-    return _current_run.get()
-
-
-def deadline() -> float | None:
-    """The `time.monotonic()` instant at which the current run's time is up, if it has a timeout.
-
-    An LM backend that can stop mid-generation (the embedded model) checks it between tokens."""
-    return _deadline.get()
-
-
-class DeadlinePassed(TimeoutError):
-    """An LM call was abandoned because the run's time was up."""
+UNSET: Any = _Unset()  # a limit or option not given: the default applies
 
 
 # --- the operations a run's generator yields, and the two drivers that perform them ---------------
@@ -289,10 +266,11 @@ def _run_coroutine(awaitable: Any) -> Any:
         return worker.submit(contextvars.copy_context().run, asyncio.run, wait()).result()
 
 
-Program = Generator[Any, Any, Any]
+# A loop, as the generator of operations (role calls, waits) a driver performs.
+RoleCalls = Generator[Any, Any, Any]
 
 
-def drive(program: Program) -> Any:
+def drive(program: RoleCalls) -> Any:
     """Run a loop program synchronously and return its result."""
     reply: Any = None
     error: BaseException | None = None
@@ -308,7 +286,7 @@ def drive(program: Program) -> Any:
             error = exc
 
 
-async def adrive(program: Program) -> Any:
+async def adrive(program: RoleCalls) -> Any:
     """Run a loop program asynchronously and return its result; the same program `drive` runs."""
     reply: Any = None
     error: BaseException | None = None
@@ -345,13 +323,69 @@ class _UsageLog(UsageTracker):
         self.entries.append(usage_entry)
         self.tokens += int(usage_entry.get("prompt_tokens") or 0) + int(usage_entry.get("completion_tokens") or 0)
         if self.cost_usd is not None:
-            from loops.lm import request_cost_usd
-
-            cost = request_cost_usd(lm, usage_entry)
+            cost = profile.cost_usd(lm, usage_entry)
             if cost is None:
                 self.unpriced.add(lm)
             else:
                 self.cost_usd += cost
+
+
+FailureAction = Literal["propagate", "setup", "timeout", "reparse", "retry", "give_up"]
+
+
+def failure_action(error: BaseException, *, llm: bool, attempts: int, parse_failures: int, retry: RetryPolicy,
+                   out_of_time: bool) -> FailureAction:
+    """What a role call does after an attempt of it failed with `error` (`attempts` made so far, of which
+    `parse_failures` were answers that could not be parsed):
+
+    - "propagate": the error is no failure of this call (a limit or failure of a role call a phase made,
+      already recorded; a `loops.sexp.DslError`, a bug in the DSL program that must keep its position);
+    - "setup": a developer's mistake that surfaced at the call (no LM, a rejected key): it raises;
+    - "timeout": the run's time is up;
+    - "reparse": ask again, at a little temperature, for an answer that parses;
+    - "retry": a transient fault (rate limit, time-out, dropped connection): wait, then send again;
+    - "give_up": the role failed for good.
+    """
+    if isinstance(error, LoopsError) and not isinstance(error, ConfigurationError | DeadlinePassed):
+        return "propagate"
+    if setup_error(error) is not None:
+        return "setup"
+    if isinstance(error, DeadlinePassed) or out_of_time:
+        return "timeout"
+    if is_unparseable(error) and parse_failures < retry.parse_retries:
+        return "reparse"
+    if is_transient(error) and attempts < retry.attempts:
+        return "retry"
+    return "give_up"
+
+
+def counts_as_request(error: BaseException, llm: bool) -> bool:
+    """Whether a failed attempt was an LM request that no usage entry records (an answer that could not be
+    parsed has one)."""
+    sent = isinstance(error, (*_LM_ERRORS, DeadlinePassed)) or (llm and is_transient(error))
+    return sent and not is_unparseable(error)
+
+
+class _Tally:
+    """What one role call has used so far: attempts, requests, and where the run's counts stood before it."""
+
+    def __init__(self, run: Run, role: str, inputs: dict[str, Any]):
+        self.run, self.role, self.inputs = run, role, inputs
+        self.started = run.clock()
+        self.entries_before, self.calls_before = len(run.usage.entries), run.lm_calls
+        self.attempts = self.parse_failures = self.failed_requests = 0
+
+    def requests(self) -> int:
+        """LM requests made by this call itself so far (not by the role calls nested in it)."""
+        nested = self.run.lm_calls - self.calls_before
+        return len(self.run.usage.entries) - self.entries_before - nested + self.failed_requests
+
+    def fail(self, error: str) -> None:
+        """Count the call's requests and record it as a failed step."""
+        run = self.run
+        run.lm_calls += self.requests()
+        run._record(Step(self.role, run.iteration, self.inputs, None, run.clock() - self.started, self.attempts,
+                         run.lm_calls - self.calls_before, None, error))
 
 
 @dataclass
@@ -365,7 +399,7 @@ class Run:
     strict: bool = False
     aliases: Mapping[str, str] = field(default_factory=dict)
     contracts: Mapping[str, PhaseContract] = field(default_factory=dict)
-    windows: int | Mapping[str, int | None] | None | object = _UNSET
+    windows: int | Mapping[str, int | None] | None | object = UNSET
     history_summary: bool = False
     replay: checkpoint.Replay | None = None
 
@@ -391,14 +425,14 @@ class Run:
         self._saved_warnings: set[int] = set()
         self._unpriced_warned: set[str] = set()
         self._context_warned = False
-        self._observers = _observers.get()
+        self._observers = context.observers()
         self._predictions: list[Any] = []  # what this run's LLM role calls returned, for `demos.curate_trace`
         self._credited: list[Any] = []
 
     # What patterns call -------------------------------------------------------------------------
 
     def call(self, role: str, config: dict[str, Any] | None = None, adapter: dspy.Adapter | None = None,
-             predictor: Any = None, demos: Sequence[dspy.Example] | None = None, **inputs: Any) -> Program:
+             predictor: Any = None, demos: Sequence[dspy.Example] | None = None, **inputs: Any) -> RoleCalls:
         """Call the LLM role `role` (the module's attribute, or `predictor`) with keyword `inputs` plus that
         role's own history; returns its prediction.
 
@@ -425,7 +459,7 @@ class Run:
             if demos is not None:
                 kwargs["demos"] = list(demos)
             if adapter is None and dspy.settings.adapter is None:
-                adapter = _default_adapter(lm)
+                adapter = profile.adapter_for(lm)  # the adapter the role's model answers in shape with
             if history_field is not None:
                 adapter = adapter or dspy.settings.adapter or _CHAT_ADAPTER
                 if inner.demos or demos:
@@ -448,7 +482,7 @@ class Run:
         `aforward`, so the event loop stays free."""
         return drive(self.call(role, predictor=predictor, **inputs))
 
-    def call_phase(self, role: str, phase: Any = None, /, **arguments: Any) -> Program:
+    def call_phase(self, role: str, phase: Any = None, /, **arguments: Any) -> RoleCalls:
         """Call a pluggable phase (the module's attribute `role` unless `phase` is given) with its
         contract's arguments, positionally in the contract's order; returns what it returns unchanged."""
         contract = self.contracts[role]
@@ -483,12 +517,12 @@ class Run:
         self.iteration += 1
         return True
 
-    def keep(self, score: Any, **result: Any) -> None:
+    def offer_candidate(self, score: Any, **result: Any) -> None:
         """Offer a candidate result; the best by `score` (ties: the latest) ends a run cut short."""
         if self.best is None or score >= self.best_score:
             self.best, self.best_score = result, score
 
-    def update(self, **result: Any) -> None:
+    def set_latest(self, **result: Any) -> None:
         """Set result fields that any finish returns, over the best candidate's (e.g. the latest attempt)."""
         self.current.update(result)
 
@@ -507,39 +541,32 @@ class Run:
         return max(0.0, self.budget.timeout_s - (self.clock() - self.started))
 
     def finish(self, stop_reason: StopReason, **result: Any) -> LoopResult:
-        """The run's prediction: `result` over the fields set by `update` over the best candidate."""
+        """The run's prediction: `result` over the fields set by `set_latest` over the best candidate."""
         if stop_reason == "max_iterations":
             self.warn(f"stopped at max_iterations={self.budget.max_iterations}")
-        fields = {"final": None, "success": False, "best_attempt": None, **(self.best or {}), **self.current,
-                  **result}
+        measured = {
+            "iterations": self.iteration,
+            "stop_reason": stop_reason,
+            "warnings": list(self.warnings),
+            "trace": list(self.trace),
+            "histories": {role: dspy.History(messages=list(turns)) for role, turns in self.turns.items()},
+            "lm_calls": self.lm_calls,
+            "error": self.error,
+        }
+        fields = {**dict.fromkeys(RESULT_FIELDS), "success": False, **(self.best or {}), **self.current, **result,
+                  **measured}
         fields.update({alias: fields[name] for alias, name in self.aliases.items()})
-        return LoopResult(
-            **fields,
-            iterations=self.iteration,
-            stop_reason=stop_reason,
-            warnings=list(self.warnings),
-            trace=list(self.trace),
-            histories={role: dspy.History(messages=list(turns)) for role, turns in self.turns.items()},
-            lm_calls=self.lm_calls,
-            tokens=self.usage.tokens,
-            cost_usd=self.usage.cost_usd,
-            error=self.error,
-        )
+        return LoopResult(**fields, tokens=self.usage.tokens, cost_usd=self.usage.cost_usd)
 
     # What the module's forward/aforward hand to a driver ------------------------------------------
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Run]:
         """The context a run's program is driven in: its usage log, its deadline, itself as current run."""
-        run_token, deadline_token = _current_run.set(self), _deadline.set(self.deadline)
-        try:
-            with dspy.context(usage_tracker=self.usage):
-                yield self
-        finally:
-            _current_run.reset(run_token)
-            _deadline.reset(deadline_token)
+        with context.running(self, self.deadline), dspy.context(usage_tracker=self.usage):
+            yield self
 
-    def program(self, loop: Callable[..., Program], **inputs: Any) -> Program:
+    def program(self, loop: Callable[..., RoleCalls], **inputs: Any) -> RoleCalls:
         """The pattern's loop wrapped so that a limit or a run failure ends it with the work kept.
 
         A developer's mistake (`ConfigurationError`) and a bug in the pattern itself propagate."""
@@ -567,11 +594,9 @@ class Run:
     def _window(self, role: str, lm: Any) -> int | None:
         windows = self.windows
         if isinstance(windows, Mapping):
-            windows = windows.get(role, _UNSET)
-        if windows is _UNSET:
-            from loops.lm import default_history_window  # the one rule for what a model's context can hold
-
-            return default_history_window(lm)
+            windows = windows.get(role, UNSET)
+        if windows is UNSET:
+            return profile.profile_of(lm).history_window  # what the model's context can hold
         return windows
 
     def _shown_turns(self, role: str) -> list[dict[str, Any]]:
@@ -582,7 +607,7 @@ class Run:
         if window is None or len(turns) <= window:
             return list(turns)
         older, kept = turns[:len(turns) - window], list(turns[len(turns) - window:])
-        return [digest_turns(older), *kept] if self.history_summary else kept
+        return [condense_turns(older), *kept] if self.history_summary else kept
 
     def _remember(self, role: str, turn: dict[str, Any]) -> None:
         """Add a turn to the role's history, and count what the histories now put in the prompts."""
@@ -600,7 +625,7 @@ class Run:
         if self.replay is None:
             return None
         self._check_limits()
-        found = self.replay.take(role, checkpoint.digest(inputs), nested=self._depth > 0)
+        found = self.replay.take(role, checkpoint.stable_hash(inputs), nested=self._depth > 0)
         if found is None:
             return None
         inner, call = found
@@ -622,11 +647,11 @@ class Run:
             return
         raised = [index for index in range(warnings_at, len(self.warnings)) if index not in self._saved_warnings]
         self._saved_warnings.update(raised)
-        self.replay.save(role, checkpoint.digest(inputs), self._depth > 0, result, self.trace[-1],
+        self.replay.save(role, checkpoint.stable_hash(inputs), self._depth > 0, result, self.trace[-1],
                          [self.warnings[index] for index in raised], turn)
 
     def _call(self, role: str, target: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any],
-              adapter: dspy.Adapter | None, *, llm: bool) -> Program:
+              adapter: dspy.Adapter | None, *, llm: bool) -> RoleCalls:
         """One role or phase call with retries; records a step. `llm` marks an LLM role.
 
         Every LM request made counts in `lm_calls`: answered ones (one usage entry each, JSON fallbacks
@@ -634,79 +659,67 @@ class Run:
         less those of role calls it made in this run (`call_now`), which count themselves."""
         self._check_limits()
         self._notify("role_started", role, self.iteration)
-        started = self.clock()
-        attempts = parse_failures = failed_requests = 0
-        entries_before, calls_before = len(self.usage.entries), self.lm_calls
-
-        def requests() -> int:  # made by this call itself so far
-            nested = self.lm_calls - calls_before
-            return len(self.usage.entries) - entries_before - nested + failed_requests
-
-        def fail(error: str) -> None:
-            self.lm_calls += requests()
-            self._record(Step(role, self.iteration, inputs, None, self.clock() - started, attempts,
-                              self.lm_calls - calls_before, None, error))
-
+        tally = _Tally(self, role, inputs)
         while True:
-            attempts += 1
+            tally.attempts += 1
             self._depth += 1
             try:
                 result = yield _Invoke(target, args, kwargs, adapter, self.deadline)
                 break
             except Exception as exc:
                 self._depth -= 1
-                if isinstance(exc, LoopsError) and not isinstance(exc, ConfigurationError):
-                    # A limit or failure of a role call this phase made in the run (already recorded), or
-                    # another library's error that is no failure of the call: `loops.sexp.DslError`, a bug
-                    # in the DSL program running the phase, which must reach the program with its position
-                    # rather than be retried or turned into a graceful stop.
-                    raise
-                if isinstance(exc, _LM_ERRORS) or (llm and is_transient(exc)) or isinstance(exc, DeadlinePassed):
-                    failed_requests += not is_unparseable(exc)  # no usage entry: count the request here
-                mistake = setup_error(exc)
-                if mistake is not None:
-                    fail(_describe(exc))
-                    if mistake is exc:
-                        raise
-                    raise mistake from exc
-                if isinstance(exc, DeadlinePassed) or self._out_of_time():
-                    fail("abandoned at the deadline")
-                    raise LimitReached("timeout", f"stopped in {role} after {self.clock() - self.started:.1f}s: "
-                                       f"timeout_s={self.budget.timeout_s} reached") from exc
-                retry = (is_unparseable(exc) and parse_failures < self.retry.parse_retries) or (
-                    is_transient(exc) and attempts < self.retry.attempts)
-                limit = self.budget.max_lm_calls
-                if retry and limit is not None and self.lm_calls + requests() >= limit:
-                    fail(_describe(exc))
-                    raise LimitReached("lm_calls", f"stopped in {role} after {self.lm_calls} LM calls: "
-                                       f"max_lm_calls={limit} reached before a retry") from exc
-                if retry and is_unparseable(exc):
-                    parse_failures += 1
-                    # A new rollout at some temperature: the same request would get the same answer.
-                    kwargs["config"] = {**kwargs.get("config", {}), "temperature": self.retry.parse_retry_temperature,
-                                        "rollout_id": parse_failures}
-                    self.warn(f"{role}: answer could not be parsed; asked again")
-                    continue
-                if retry:
-                    pause, left = self.retry.delay_s(attempts), self.time_left()
-                    if left is not None and pause >= left:
-                        fail(_describe(exc))
-                        raise LimitReached("timeout", f"stopped in {role}: no time left to retry after "
-                                           f"{_describe(exc)}") from exc
-                    yield _Sleep(pause)
-                    continue
-                fail(_describe(exc))
-                what = "its answer could not be parsed" if is_unparseable(exc) else _describe(exc)
-                raise RoleFailed(role, f"{role} failed after {attempts} attempt(s): {what}") from exc
+                kwargs = yield from self._after_failure(tally, exc, kwargs, llm)
         self._depth -= 1
-        new_entries = self.usage.entries[entries_before:]
-        own = max(0, requests())  # replayed nested calls made no request
+        own = max(0, tally.requests())  # replayed nested calls made no request
         if llm and own == 0:
             own = 1  # a cached answer reports no usage, but the role was asked
         self.lm_calls += own
-        self._record(Step(role, self.iteration, inputs, None, self.clock() - started, attempts,
-                          self.lm_calls - calls_before, _tokens(new_entries) if new_entries else None))
+        new_entries = self.usage.entries[tally.entries_before:]
+        self._record(Step(role, self.iteration, inputs, None, self.clock() - tally.started, tally.attempts,
+                          self.lm_calls - tally.calls_before, _tokens(new_entries) if new_entries else None))
         return result
+
+    def _after_failure(self, tally: _Tally, error: Exception, kwargs: dict[str, Any], llm: bool) -> RoleCalls:
+        """What follows a failed attempt (`failure_action`): the keyword arguments of the next attempt,
+        after a wait when it is a retry; or the step recorded as failed and the error that ends the call."""
+        role = tally.role
+        action = failure_action(error, llm=llm, attempts=tally.attempts, parse_failures=tally.parse_failures,
+                                retry=self.retry, out_of_time=self._out_of_time())
+        if action == "propagate":
+            raise error
+        tally.failed_requests += counts_as_request(error, llm)
+        if action in ("reparse", "retry") and self.budget.max_lm_calls is not None and (
+                self.lm_calls + tally.requests() >= self.budget.max_lm_calls):
+            tally.fail(_describe(error))
+            raise LimitReached("lm_calls", f"stopped in {role} after {self.lm_calls} LM calls: "
+                               f"max_lm_calls={self.budget.max_lm_calls} reached before a retry") from error
+        if action == "reparse":
+            tally.parse_failures += 1
+            self.warn(f"{role}: answer could not be parsed; asked again")
+            # A new rollout at some temperature: the same request would get the same answer.
+            return {**kwargs, "config": {**kwargs.get("config", {}), "temperature": self.retry.parse_retry_temperature,
+                                         "rollout_id": tally.parse_failures}}
+        if action == "retry":
+            pause, left = self.retry.delay_s(tally.attempts), self.time_left()
+            if left is None or pause < left:
+                yield _Sleep(pause)
+                return kwargs
+            tally.fail(_describe(error))
+            raise LimitReached("timeout", f"stopped in {role}: no time left to retry after {_describe(error)}"
+                               ) from error
+        if action == "setup":
+            tally.fail(_describe(error))
+            mistake = setup_error(error)
+            if mistake is error:
+                raise error
+            raise mistake from error
+        if action == "timeout":
+            tally.fail("abandoned at the deadline")
+            raise LimitReached("timeout", f"stopped in {role} after {self.clock() - self.started:.1f}s: "
+                               f"timeout_s={self.budget.timeout_s} reached") from error
+        tally.fail(_describe(error))
+        what = "its answer could not be parsed" if is_unparseable(error) else _describe(error)
+        raise RoleFailed(role, f"{role} failed after {tally.attempts} attempt(s): {what}") from error
 
     def _out_of_time(self) -> bool:
         timeout = self.budget.timeout_s
@@ -782,23 +795,16 @@ def predictor_of(target: Any) -> tuple[dspy.Predict | None, str | None]:
     return predictor, history
 
 
-def _default_adapter(lm: Any) -> dspy.Adapter | None:
-    """The adapter a role's LM brings (the embedded model's), when the context sets none."""
-    from loops.lm import adapter_for  # the runtime knows LMs only through this one rule
-
-    return adapter_for(lm)
+_CONDENSED_CHARS = 160
 
 
-_DIGEST_CHARS = 160
-
-
-def digest_turns(turns: Any) -> dict[str, str]:
+def condense_turns(turns: Any) -> dict[str, str]:
     """Older turns folded into one, field by field, so it renders like any turn: for each field, how many
     turns are folded and the start of each one's value."""
     fields: dict[str, list[str]] = {}
     for turn in turns:
         for name, value in turn.items():
-            fields.setdefault(name, []).append(" ".join(str(value).split())[:_DIGEST_CHARS])
+            fields.setdefault(name, []).append(" ".join(str(value).split())[:_CONDENSED_CHARS])
     return {name: f"[{len(values)} earlier turn(s), condensed] " + " | ".join(values)
             for name, values in fields.items()}
 

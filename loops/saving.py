@@ -22,30 +22,27 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import dspy
 import orjson
 
+from loops.adapters import ADAPTER_CLASSES
 from loops.errors import ConfigurationError
+from loops.lm import is_embedded
 
-__all__ = ["load", "lm_reference"]
+__all__ = ["decode", "encode", "load", "lm_reference"]
 
 _RUNTIME_SETTINGS = ("budget", "retry", "strict", "history_window", "history_summary")
 _JSON_SCALARS = (str, int, float, bool, type(None))
-_ADAPTERS = {"PlainTextAdapter": "loops.adapters", "CompactJSONAdapter": "loops.adapters",
-             "ChatAdapter": "dspy.adapters", "JSONAdapter": "dspy.adapters", "XMLAdapter": "dspy.adapters"}
 
 
 def lm_reference(lm: Any) -> str | None:
     """The model string an LM is rebuilt from (`loops.lm.resolve`): `local` for the embedded model,
     a `dspy.LM`'s model otherwise; None for another kind of LM, and for a model behind a server of one's
     own (`api_base`): its name alone would send the role's prompts to the provider's public address."""
-    from loops.lm import is_embedded
-
     if lm is None:
         return None
     if is_embedded(lm):
         return "local"
-    import dspy
-
     if not isinstance(lm, dspy.LM) or lm.kwargs.get("api_base") or getattr(lm, "api_base", None):
         return None
     return lm.model
@@ -65,7 +62,7 @@ def encode(value: Any) -> Any:
     cls = type(value)
     if dataclasses.is_dataclass(value) and cls.__module__.startswith("loops."):
         return {"__dataclass__": f"{cls.__module__}:{cls.__qualname__}", "fields": dataclasses.asdict(value)}
-    if cls.__name__ in _ADAPTERS and cls.__module__.startswith(_ADAPTERS[cls.__name__]):
+    if cls.__name__ in ADAPTER_CLASSES and isinstance(value, ADAPTER_CLASSES[cls.__name__]):
         return {"__adapter__": cls.__name__}
     if cls.__name__ == "Workspace" and cls.__module__ == "loops.validators":
         return os.fspath(value.path)
@@ -84,8 +81,7 @@ def decode(value: Any, name: str, given: Mapping[str, Any]) -> Any:
             raise ConfigurationError(f"{name}: {value['__dataclass__']!r} is not one of loops' classes")
         return getattr(importlib.import_module(module), qualname)(**value["fields"])
     if "__adapter__" in value:
-        adapter = value["__adapter__"]
-        return getattr(importlib.import_module(_ADAPTERS[adapter]), adapter)()
+        return ADAPTER_CLASSES[value["__adapter__"]]()
     if "__given__" in value:
         if name not in given:
             raise ConfigurationError(

@@ -30,8 +30,9 @@ from typing import Any
 
 import dspy
 
-from loops.contracts import field_of, passed
-from loops.creator_critic import CRITERIA
+from loops.code.python import failure_digest
+from loops.contracts import field_of, outcome_passed
+from loops.signatures.creator_critic import CRITERIA
 from loops.signatures.results import ValidationResult
 from loops.validators import parse_pytest_counts
 
@@ -94,12 +95,10 @@ def _score_execute_validate(prediction: Any) -> tuple[float, str]:
     if validation is None:
         return 0.0, "No attempt was validated."
     if not isinstance(validation, ValidationResult):
-        ok = passed(validation)
+        ok = outcome_passed(validation)
         return (1.0 if ok else 0.0), ("The validation passed." if ok else f"The validation failed: {validation!r:.200}")
     if validation.ok:
         return 1.0, "All tests pass."
-    from loops.python_code import failure_digest  # Python-specific: the digest the loop itself gives the executor
-
     code = field_of(field_of(best, "result"), "content") or ""
     counted, failed = validation.passed, validation.failed
     if counted is None:  # a plain shell validator: the counts are in pytest's summary line, if it ran pytest
@@ -112,7 +111,7 @@ def _score_execute_validate(prediction: Any) -> tuple[float, str]:
 def _score_director(prediction: Any) -> tuple[float, str]:
     """1.0 when the evaluator passed the final result, else 0."""
     feedback = field_of(field_of(prediction, "best_attempt") or {}, "feedback")
-    if bool(field_of(prediction, "success")) or (feedback is not None and passed(feedback)):
+    if bool(field_of(prediction, "success")) or (feedback is not None and outcome_passed(feedback)):
         return 1.0, "The evaluator passed the result."
     details = field_of(feedback, "feedback") if isinstance(feedback, Mapping) else feedback
     return 0.0, f"The evaluator did not pass the result: {details if details is not None else 'no evaluation'}"

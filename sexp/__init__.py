@@ -40,12 +40,13 @@ from loops.sexp.errors import (
 )
 from loops.sexp.evaluator import Analyzer, Closure, Env, Evaluation, Limits, special_form
 from loops.sexp.host import Tool, WorkspaceContext
-from loops.sexp.interpreter import Interpreter, Program
+from loops.sexp.interpreter import AnalysedProgram, Interpreter
 from loops.sexp.program import SexpProgram, compile
 from loops.sexp.reader import Node, read
 from loops.sexp.values import NIL, Keyword, Symbol, to_source
 
 __all__ = [
+    "AnalysedProgram",
     "NIL",
     "Analyzer",
     "ArityError",
@@ -63,7 +64,6 @@ __all__ = [
     "LimitExceeded",
     "Limits",
     "Node",
-    "Program",
     "SexpProgram",
     "Symbol",
     "Tool",

@@ -33,8 +33,9 @@ from typing import Any
 import dspy
 from pydantic import BaseModel
 
+from loops.context import current_run
 from loops.errors import RoleFailed
-from loops.runtime import current_run
+from loops.profile import adapter_for
 from loops.sexp.errors import ArityError
 from loops.sexp.evaluator import Analyzer, Env, Evaluation, Exec, special_form
 from loops.sexp.reader import Node
@@ -107,8 +108,7 @@ class Atom:
         predictor = (atom_predictors.get() or {}).get(self.name, self.predictor)
         run = current_run()
         if run is None:  # a bare interpreter (a REPL, `evaluate`): one plain predictor call
-            from loops.lm import adapter_for  # the adapter the atom's LM needs, as the runtime picks it
-
+            # The adapter the atom's LM needs, as the runtime picks it.
             adapter = dspy.settings.adapter or adapter_for(predictor.lm or dspy.settings.lm)
             with dspy.context(adapter=adapter):
                 prediction = predictor(**inputs, history=dspy.History(messages=[]))

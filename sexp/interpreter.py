@@ -22,14 +22,14 @@ from loops.sexp.primitives import PRIMITIVES
 from loops.sexp.reader import Node, read
 from loops.sexp.values import to_dsl
 
-__all__ = ["Interpreter", "Program"]
+__all__ = ["AnalysedProgram", "Interpreter"]
 
 # Python frames one DSL call may use (application, trampoline, body, nested argument applications):
 # the interpreter makes sure Python's recursion limit leaves room for `Limits.max_depth` such calls.
 _PYTHON_FRAMES_PER_CALL = 8
 
 
-class Program:
+class AnalysedProgram:
     """A read and analysed program: its top-level nodes and their closures, ready to run many times."""
 
     def __init__(self, nodes: list[Node], execs: list[Exec]):
@@ -98,7 +98,7 @@ class Interpreter:
         _make_room_for(limits)
         return Evaluation(self, limits)
 
-    def analyze(self, source: str, filename: str = "<string>") -> Program:
+    def analyze(self, source: str, filename: str = "<string>") -> AnalysedProgram:
         """Read and analyse `source`; every syntax error is raised here, before anything runs."""
         nodes = read(source, filename)
         _make_room_for(self.limits)
@@ -109,11 +109,11 @@ class Interpreter:
                 execs.append(analyzer.analyze(node))
             except RecursionError:
                 raise DslSyntaxError("expression nested too deeply to analyse", node) from None
-        return Program(nodes, execs)
+        return AnalysedProgram(nodes, execs)
 
     def run(
         self,
-        program: Program,
+        program: AnalysedProgram,
         bindings: Mapping[str, Any] | None = None,
         *,
         isolated: bool = False,

@@ -51,9 +51,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from loops.budget import MAX_ITERATIONS_CAP, Budget
+from loops.context import current_run
 from loops.contracts import CREATOR_CRITIC, DIRECTOR, EXECUTE_VALIDATE, PhaseContract, verdict_approved
 from loops.errors import ConfigurationError, ContractError, LimitReached
-from loops.runtime import current_run
 from loops.sexp.errors import ArityError, DslTypeError, DslValueError
 from loops.sexp.evaluator import (
     Analyzer,

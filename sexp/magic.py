@@ -35,10 +35,9 @@ from IPython.display import display
 from loops.contracts import contracts
 from loops.errors import ConfigurationError, LoopsError, MissingDependencyError
 from loops.module import LoopModule
-from loops.runtime import Program, Run
+from loops.runtime import RoleCalls, Run
 from loops.sexp.errors import DslError
-from loops.sexp.interpreter import Interpreter
-from loops.sexp.interpreter import Program as DslProgram
+from loops.sexp.interpreter import AnalysedProgram, Interpreter
 from loops.sexp.values import NIL
 
 __all__ = ["DslErrorView", "SexpMagics", "interpreter", "load_ipython_extension"]
@@ -61,7 +60,7 @@ class DslErrorView:
         self.error = error
 
     def _repr_html_(self) -> str:
-        from loops.notebook import dsl_error_html
+        from loops.display import dsl_error_html
 
         return dsl_error_html(self.error)
 
@@ -79,16 +78,16 @@ class _Cell(LoopModule):
         super().__init__(max_iterations=1)
         self._session = session
 
-    def forward(self, program: DslProgram, bindings: dict[str, Any]) -> dspy.Prediction:
+    def forward(self, program: AnalysedProgram, bindings: dict[str, Any]) -> dspy.Prediction:
         return self._forward({}, program=program, bindings=bindings)
 
-    def _loop(self, run: Run, program: DslProgram, bindings: dict[str, Any]) -> Program:
+    def _loop(self, run: Run, program: AnalysedProgram, bindings: dict[str, Any]) -> RoleCalls:
         run.next_iteration()
         value = yield from run.call_phase("program", lambda bindings: self._evaluate(run, program, bindings),
                                           bindings=bindings)
         return run.finish("completed", final=value, success=True)
 
-    def _evaluate(self, run: Run, program: DslProgram, bindings: dict[str, Any]) -> Any:
+    def _evaluate(self, run: Run, program: AnalysedProgram, bindings: dict[str, Any]) -> Any:
         try:
             return self._session.run(program, bindings).value
         finally:

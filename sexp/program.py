@@ -32,11 +32,12 @@ from typing import Any
 import dspy
 from pydantic import BaseModel
 
-from loops.checkpoint import digest
+from loops.checkpoint import stable_hash
+from loops.context import current_run
 from loops.contracts import contracts
 from loops.errors import ConfigurationError
 from loops.module import LoopModule
-from loops.runtime import Program, Run, current_run
+from loops.runtime import RoleCalls, Run
 from loops.sexp.atoms import atom_predictors
 from loops.sexp.errors import LimitExceeded
 from loops.sexp.evaluator import Env, Limits
@@ -82,9 +83,9 @@ class SexpProgram(LoopModule):
 
     def fingerprint(self) -> str:
         """The atoms' prompts and the program's text: a checkpoint of another program does not replay."""
-        return f"{super().fingerprint()}:{digest(self.source)}"
+        return f"{super().fingerprint()}:{stable_hash(self.source)}"
 
-    def _loop(self, run: Run, bindings: dict[str, Any]) -> Program:
+    def _loop(self, run: Run, bindings: dict[str, Any]) -> RoleCalls:
         run.next_iteration()
         value = yield from run.call_phase("program", self._evaluate, bindings=bindings)
         return run.finish("completed", final=value, success=True)

@@ -8,6 +8,8 @@ field names (DSPy's adapters drop history entries keyed any other way). The crit
 
 import dspy
 
+__all__ = ["CRITERIA", "CreatorSignature", "CriticSignature", "IteratorSignature"]
+
 
 class CreatorSignature(dspy.Signature):
     """You are the CREATOR. Write the first draft of the content the requirements ask for.
@@ -56,3 +58,7 @@ class IteratorSignature(dspy.Signature):
     history: dspy.History = dspy.InputField(desc="Your earlier revisions in this run")
 
     improved_draft: str = dspy.OutputField(desc="The revised content, and nothing else")
+
+
+# The critic's criteria, read off its signature (`<name>_passed` outputs): the one place they are declared.
+CRITERIA = tuple(name.removesuffix("_passed") for name in CriticSignature.output_fields if name.endswith("_passed"))

@@ -4,6 +4,8 @@ from typing import Literal
 
 import dspy
 
+__all__ = ["DirectorSignature", "EvaluatorSignature", "LoopControllerSignature", "PlanExecutorSignature"]
+
 
 class DirectorSignature(dspy.Signature):
     """You are the DIRECTOR. Turn the goal and the current input into a concrete plan for this

@@ -3,6 +3,8 @@ that reads the validator's output and decides what the executor should do next."
 
 import dspy
 
+__all__ = ["ExecutorSignature", "IterationAnalystSignature"]
+
 
 class ExecutorSignature(dspy.Signature):
     """You are the EXECUTOR. Write the complete contents of the target file so that the task is done

@@ -1,7 +1,9 @@
-"""Data contracts of the Execute–Validate–Controller loop.
+"""The values the loops' phases exchange (pydantic models).
 
 Every model is frozen: a phase hands its result to the next phase and the loop's history keeps it,
-so nobody may change it afterwards.
+so nobody may change it afterwards. Like every signature, these import nothing of the runtime:
+reading a phase's value into them (a controller's tuple, an executor's dict) happens where the loop
+takes its decisions (`loops.contracts`, `loops.code`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,6 @@ __all__ = [
     "TaskResult",
     "ValidationResult",
 ]
-
-_REPR_LIMIT = 200
-
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -47,7 +46,8 @@ class CodeRequest(_Frozen):
     """What the built-in executor of the Execute–Validate–Controller loop is asked in one iteration.
 
     The loop's public input is a str (the prompt) or a dict with a `prompt` str and, optionally, the
-    other fields: `files` (workspace files shown to the executor), `target_file` (the file it writes;
+    other fields (`loops.code.code_request` reads either form): `files` (workspace files shown to the
+    executor), `target_file` (the file it writes;
     default the module's), `expected_names` (names the code must define), `feedback` (what failed
     before), `interface` (what the tests call, read from the workspace before the first attempt) and
     `workspace_files` ({path: text} written into the run's workspace before anything else, e.g. the
@@ -64,27 +64,6 @@ class CodeRequest(_Frozen):
     target_file: str | None = None
     interface: str = ""
     workspace_files: dict[str, str] = Field(default_factory=dict)
-
-    @classmethod
-    def of(cls, value: Any) -> CodeRequest:
-        """A str, a dict with a `prompt` str, or a request, as a request; raises `ConfigurationError`."""
-        from loops.errors import ConfigurationError  # see ControllerDecision.coerce
-
-        if isinstance(value, CodeRequest):
-            return value
-        if isinstance(value, str):
-            return cls(prompt=value)
-        if isinstance(value, dict) and isinstance(value.get("prompt"), str):
-            try:
-                return cls.model_validate(value)
-            except ValueError as exc:
-                fields = ", ".join(cls.model_fields)
-                raise ConfigurationError(f"the built-in executor's input dict takes the keys {fields}; "
-                                         f"{_short_repr(value)} does not fit: {exc}") from None
-        raise ConfigurationError(
-            f"the built-in executor needs a str or a dict with a 'prompt' str, got {_short_repr(value)}; "
-            "pass your own executor for other inputs"
-        )
 
     def task(self) -> str:
         """The executor's `task` text: the prompt, the interface the tests expect, what failed before."""
@@ -142,20 +121,9 @@ class StructuredAnalysisResult(_Frozen):
         return self
 
 
-_ACCEPTED_FORMS = (
-    "ControllerDecision, a 2-element list/tuple ('continue' | 'stop', value), "
-    "or a dict {'action': 'continue' | 'stop', 'value': ...}"
-)
-
-
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 1] + "…"
-
-
 class ControllerDecision(_Frozen):
     """The controller's verdict: `continue` with a value for the next iteration, or `stop` with the
-    final value. Use `ControllerDecision.coerce` to accept the ADR's tuple and dict forms."""
+    final value. `loops.contracts.decision` also accepts the ADR's tuple and dict forms."""
 
     action: Literal["continue", "stop"]
     value: Any = None
@@ -178,24 +146,3 @@ class ControllerDecision(_Frozen):
     @property
     def should_stop(self) -> bool:
         return self.action == "stop"
-
-    @classmethod
-    def coerce(cls, raw: Any) -> ControllerDecision:
-        """Turn what a controller returned into a decision, or raise `DecisionError` saying why not."""
-        # Imported here, not at the top: `loops` imports this module, and a top-level import back
-        # into `loops` would make `import loops.signatures.results` circular when it is imported first.
-        from loops.errors import DecisionError
-
-        if isinstance(raw, ControllerDecision):
-            return raw
-        action: Any = None
-        value: Any = None
-        if isinstance(raw, (list, tuple)) and len(raw) == 2 and isinstance(raw[0], str):
-            action, value = raw
-        elif isinstance(raw, dict) and "action" in raw and set(raw) <= {"action", "value"}:
-            action, value = raw["action"], raw.get("value")
-        if isinstance(action, str) and action.strip().lower() in ("continue", "stop"):
-            return cls(action=action, value=value)
-        raise DecisionError(
-            f"controller returned {_short_repr(raw)}, which is not a decision; expected {_ACCEPTED_FORMS}"
-        )

@@ -7,11 +7,11 @@ from loops.signatures.results import ControllerDecision, StructuredAnalysisResul
 
 def test_the_public_api_is_exactly_what_all_lists():
     assert set(loops.__all__) == {
-        "Budget", "CREATOR_CRITIC", "CallableValidator", "CommandNotFoundError", "ConfigurationError", "ContractError",
-        "ControllerDecision", "CreatorCriticIterator", "DIRECTOR", "DecisionError",
+        "Budget", "CREATOR_CRITIC", "CallableValidator", "CodeRequest", "CommandNotFoundError", "ConfigurationError", "ContractError",
+        "ControllerDecision", "CreatorCriticIterator", "DIRECTOR", "DeadlinePassed", "DecisionError",
         "DirectorExecutorEvaluatorController", "EXECUTE_VALIDATE", "ExecuteValidateController", "LimitReached",
         "LoopModule", "LoopResult", "LoopsError", "MissingDependencyError", "Observer", "PhaseContract",
-        "PytestValidator",
+        "PytestValidator", "ReplayDivergence",
         "RetryPolicy", "RoleFailed", "Run", "RunError", "STOP_REASONS", "ShellValidator", "Step", "StopReason",
         "StructuredAnalysisResult", "TaskResult", "ValidationResult", "Workspace", "current_run", "load", "observing",
         "tests_controller",

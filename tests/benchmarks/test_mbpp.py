@@ -14,8 +14,7 @@ from benchmarks.mbpp import (
     main,
     summarize,
 )
-from loops.execute_validate import draws
-from loops.lm import EMBEDDED_CODE_LOOP
+from loops.code import EMBEDDED_CODE_LOOP, draws
 from tests.scripted import scripted_lm
 
 TASKS = [
@@ -67,7 +66,7 @@ def test_the_summary_counts_passes_and_calls_per_config():
 
 
 def test_each_kind_of_candidate_is_drawn_as_the_loop_draws_it_and_tested_on_its_own():
-    plan = draws(EMBEDDED_CODE_LOOP.samples, EMBEDDED_CODE_LOOP.examples, EMBEDDED_CODE_LOOP.unpenalized)
+    plan = draws(EMBEDDED_CODE_LOOP.samples, EMBEDDED_CODE_LOOP.examples, EMBEDDED_CODE_LOOP.penalty_variants)
     answers = ["def add(a, b):\n    return a - b\n"] * len(plan)
     answers[2] = TASKS[0]["code"]  # only the third kind passes
     lm = scripted_lm(answers)
@@ -79,7 +78,7 @@ def test_each_kind_of_candidate_is_drawn_as_the_loop_draws_it_and_tested_on_its_
     assert [answer["passed"] for answer in record["candidates"]] == [index == 2 for index in range(len(plan))]
     assert (record["passed"], record["lm_calls"]) == (True, len(plan))
     configs = [request.config for request in lm.engine.requests]
-    expected = [draw.call(number)[0] for number, draw in enumerate(plan, 1)]
+    expected = [draw.executor_call(number)[0] for number, draw in enumerate(plan, 1)]
     assert [(config.temperature, config.seed, config.frequency_penalty) for config in configs] == [
         (call.get("temperature"), call.get("seed"), call.get("frequency_penalty")) for call in expected]
 

@@ -4,7 +4,8 @@ import pytest
 from loops.adapters import CompactJSONAdapter, PlainTextAdapter, historyless_once
 from loops.demos import demos_without_history
 from loops.errors import ConfigurationError
-from loops.lm import LlamaEngine, adapter_for
+from loops.lm import LlamaEngine
+from loops.profile import adapter_for
 from loops.signatures import CreatorSignature, CriticSignature
 from loops.signatures.execute_validate import ExecutorSignature
 from tests.scripted import chat_format, request_text, scripted_lm

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 import loops.lm
-from loops.cli import _dsl_value, app
+from loops.cli import app
+from loops.cli.programs import dsl_value
 from tests.scripted import scripted_lm
 
 
@@ -83,7 +84,7 @@ def test_a_missing_program_or_a_malformed_set_is_a_one_line_usage_error(scripted
     ("plain words", "plain words"), ("symbol", "symbol"), ("(list 1)", "(list 1)"), ("", ""), ('"open', '"open'),
 ])
 def test_set_values_are_dsl_literals_or_text(text, value):
-    assert _dsl_value(text) == value and type(_dsl_value(text)) is type(value)
+    assert dsl_value(text) == value and type(dsl_value(text)) is type(value)
 
 
 def test_loops_repl_is_a_command():

@@ -6,9 +6,8 @@ import pytest
 
 import loops
 from loops import ConfigurationError, ExecuteValidateController, RetryPolicy, Workspace
-from loops.execute_validate import Draw, draws
-from loops.lm import EMBEDDED_CODE_LOOP, HOSTED_CODE_LOOP, LlamaEngine, code_loop_defaults, local_lm
-from loops.python_code import WORKED_EXAMPLES
+from loops.code import EMBEDDED_CODE_LOOP, HOSTED_CODE_LOOP, WORKED_EXAMPLES, Draw, code_loop_defaults, draws
+from loops.lm import LlamaEngine, local_lm
 from loops.runtime import STOP_REASONS
 from loops.signatures.results import ValidationResult
 from tests.scripted import AsyncScriptedEngine, ScriptedEngine, calls, request_text, scripted_lm
@@ -56,20 +55,20 @@ def test_the_defaults_follow_the_kind_of_model():
 def test_the_module_settles_its_choices_at_call_time_from_the_lm_that_runs():
     module = ExecuteValidateController()
     embedded = {"policy": EMBEDDED_CODE_LOOP.policy, "samples": EMBEDDED_CODE_LOOP.samples, "examples": True,
-                "unpenalized": EMBEDDED_CODE_LOOP.unpenalized}
+                "penalty_variants": EMBEDDED_CODE_LOOP.penalty_variants}
     with dspy.context(lm=local_lm()):
         assert module.settings() == {**embedded, "analyst": False}
     with dspy.context(lm=scripted_lm([])):
-        assert module.settings() == {"policy": "repair", "samples": 1, "examples": False, "unpenalized": False,
+        assert module.settings() == {"policy": "repair", "samples": 1, "examples": False, "penalty_variants": False,
                                      "analyst": True}
         module.executor.set_lm(local_lm())  # a role's own LM outranks the context's
         assert module.settings() == {**embedded, "analyst": True}
 
 
 def test_every_choice_can_be_made_explicitly():
-    module = ExecuteValidateController(policy="fresh", samples=2, examples=False, unpenalized=False, analyst=True)
+    module = ExecuteValidateController(policy="fresh", samples=2, examples=False, penalty_variants=False, analyst=True)
     with dspy.context(lm=local_lm()):
-        assert module.settings() == {"policy": "fresh", "samples": 2, "examples": False, "unpenalized": False,
+        assert module.settings() == {"policy": "fresh", "samples": 2, "examples": False, "penalty_variants": False,
                                      "analyst": True}
     # Only the roles that may run are built: no analyst without it, none beside a custom controller.
     assert "analyst" not in dict(ExecuteValidateController(analyst=False).named_predictors())
@@ -77,8 +76,8 @@ def test_every_choice_can_be_made_explicitly():
     assert "analyst" in dict(ExecuteValidateController().named_predictors())
     with pytest.raises(ConfigurationError, match="samples"):
         ExecuteValidateController(samples=0)
-    with pytest.raises(ConfigurationError, match="unpenalized must be True, False or None"):
-        ExecuteValidateController(unpenalized="yes")
+    with pytest.raises(ConfigurationError, match="penalty_variants must be True, False or None"):
+        ExecuteValidateController(penalty_variants="yes")
     with pytest.raises(ConfigurationError, match="analyst=True"):
         ExecuteValidateController(analyst=True, controller=loops.tests_controller)
 
@@ -174,11 +173,11 @@ def test_on_the_embedded_model_greedy_answers_come_first_then_seeded_samples(tmp
     with dspy.context(lm=lm):
         module(initial_input="write Split", test_command="pytest")
 
-    assert draws(9, examples=True, unpenalized=True) == (
+    assert draws(9, examples=True, penalty_variants=True) == (
         Draw(), Draw(examples=(0, 1, 2)), Draw(frequency_penalty=0.0), Draw(examples=(2,)),
         Draw(frequency_penalty=0.2), Draw(examples=(0,)), Draw(examples=(1,)),
         Draw(sampled=True), Draw(examples=(0, 1, 2), sampled=True))
-    assert draws(5, examples=True, unpenalized=True) == draws(9, examples=True, unpenalized=True)[:5]
+    assert draws(5, examples=True, penalty_variants=True) == draws(9, examples=True, penalty_variants=True)[:5]
     configs = [request.config for request in lm.engine.requests]
     assert temperatures(lm) == [None] * 7 + [0.7, 0.7]
     # Two are greedy without the engine's repeat penalty (a penalty of their own turns it off), and
@@ -191,7 +190,7 @@ def test_on_the_embedded_model_greedy_answers_come_first_then_seeded_samples(tmp
 
 def test_without_examples_or_penalties_of_their_own_only_the_plain_greedy_candidate_is_greedy():
     assert draws(3) == (Draw(), Draw(sampled=True), Draw(sampled=True))
-    assert draws(4, unpenalized=True) == (
+    assert draws(4, penalty_variants=True) == (
         Draw(), Draw(frequency_penalty=0.0), Draw(frequency_penalty=0.2), Draw(sampled=True))
 
 

@@ -23,7 +23,7 @@ from loops import (
     TaskResult,
     ValidationResult,
 )
-from loops.contracts import as_validation, decision, files_of, passed, verdict_approved, verdict_feedback
+from loops.contracts import as_validation, decision, files_of, outcome_passed, verdict_approved, verdict_feedback
 from tests.scripted import Phase
 
 MODULES = {
@@ -164,7 +164,7 @@ def test_an_async_callable_validator_works_under_forward_and_aforward(mode):
     (None, False), ("looks fine to me", False), (object(), False),
 ])
 def test_passed_reads_validations_and_evaluations_of_any_documented_shape(value, expected):
-    assert passed(value) is expected
+    assert outcome_passed(value) is expected
 
 
 @pytest.mark.parametrize(("value", "exit_code"), [
@@ -225,3 +225,62 @@ def test_a_decision_is_coerced_from_a_pair_a_list_or_a_controller_decision(raw, 
 def test_anything_else_is_a_decision_error_that_says_what_to_return(raw):
     with pytest.raises(DecisionError, match=r"which is not a decision; expected ControllerDecision"):
         decision(raw)
+
+
+# --- what a controller returned, read as a decision ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "action", "value"),
+    [
+        (ControllerDecision.proceed(3), "continue", 3),
+        (ControllerDecision.stop("done"), "stop", "done"),
+        (("continue", "v"), "continue", "v"),
+        (["stop", {"k": 1}], "stop", {"k": 1}),
+        (("CONTINUE", None), "continue", None),
+        ((" Stop ", 0), "stop", 0),
+        ({"action": "continue", "value": [1]}, "continue", [1]),
+        ({"action": "STOP"}, "stop", None),
+    ],
+)
+def test_decision_accepted_forms(raw, action, value):
+    decided = decision(raw)
+    assert (decided.action, decided.value) == (action, value)
+    assert decided.should_stop is (action == "stop")
+
+
+def test_decision_returns_the_same_decision():
+    proceed = ControllerDecision.proceed(1)
+    assert decision(proceed) is proceed
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        (("maybe", 1), "('maybe', 1)"),
+        ([], "[]"),
+        ("stop", "'stop'"),
+        ({"action": "go"}, "{'action': 'go'}"),
+        (42, "42"),
+        (("stop", 1, 2), "('stop', 1, 2)"),
+        ((1, "stop"), "(1, 'stop')"),
+        ({"action": "stop", "valu": 1}, "{'action': 'stop', 'valu': 1}"),
+        (None, "None"),
+    ],
+)
+def test_decision_rejects_with_a_message_naming_the_value(raw, shown):
+    with pytest.raises(DecisionError) as caught:
+        decision(raw)
+    assert str(caught.value) == (
+        f"controller returned {shown}, which is not a decision; expected ControllerDecision, "
+        "a 2-element list/tuple ('continue' | 'stop', value), "
+        "or a dict {'action': 'continue' | 'stop', 'value': ...}"
+    )
+
+
+def test_decision_truncates_a_long_value():
+    with pytest.raises(DecisionError) as caught:
+        decision("x" * 10_000)
+    message = str(caught.value)
+    assert len(message) < 400
+    assert "'xxxx" in message and "…" in message

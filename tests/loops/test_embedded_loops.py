@@ -6,9 +6,11 @@ import dspy
 import pytest
 
 import loops.lm
+import loops.lm.embedded
 from loops import CreatorCriticIterator, ExecuteValidateController, Workspace
 from loops.adapters import CompactJSONAdapter
-from loops.lm import adapter_for, local_lm
+from loops.lm import local_lm
+from loops.profile import adapter_for
 
 pytestmark = pytest.mark.embedded
 
@@ -46,10 +48,10 @@ def test_the_embedded_model_brings_its_adapter_as_a_dspy_user_would_configure_it
 
 
 def test_adapter_for_the_embedded_lm_is_compact_json_without_loading_the_model():
-    loaded = loops.lm._model  # None unless an earlier test ran the model
+    loaded = loops.lm.embedded._model  # None unless an earlier test ran the model
 
     assert isinstance(adapter_for(local_lm()), CompactJSONAdapter)
-    assert loops.lm._model is loaded
+    assert loops.lm.embedded._model is loaded
 
 
 def test_execute_validate_controller_runs_real_tests_on_the_model_code(embedded, tmp_path):

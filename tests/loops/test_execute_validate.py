@@ -20,7 +20,7 @@ from loops import (
     RoleFailed,
     Workspace,
 )
-from loops.python_code import align_names, extract_code, failure_digest, names_the_tests_miss
+from loops.code.python import align_names, extract_code, failure_digest, names_the_tests_miss
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from loops.signatures.results import ControllerDecision, TaskResult, ValidationResult
 from tests.scripted import Phase, calls, request_text, scripted_lm

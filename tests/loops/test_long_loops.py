@@ -13,7 +13,8 @@ import dspy
 import pytest
 
 from loops import Budget, ConfigurationError, CreatorCriticIterator
-from loops.checkpoint import MemoryStore, ReplayDivergence
+from loops.checkpoint import MemoryStore
+from loops.errors import ReplayDivergence
 from tests.scripted import calls, scripted_lm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,10 +95,11 @@ def test_fifty_iterations_with_a_window_stay_under_the_context_limit():
 
 
 def test_the_embedded_model_gets_a_window_by_default():
-    from loops.lm import EMBEDDED_HISTORY_WINDOW, default_history_window, local_lm
+    from loops.lm import EMBEDDED_HISTORY_WINDOW, local_lm
+    from loops.profile import profile_of
 
-    assert default_history_window(local_lm()) == EMBEDDED_HISTORY_WINDOW
-    assert default_history_window(scripted_lm([])) is None
+    assert profile_of(local_lm()).history_window == EMBEDDED_HISTORY_WINDOW
+    assert profile_of(scripted_lm([])).history_window is None
 
 
 @pytest.mark.parametrize("window", [-1, 1.5, "3", True, {"critic": -2}])

@@ -1,4 +1,4 @@
-"""`loops optimize` and `loops eval` (loops/optimize_cli.py), with a scripted LM behind --model."""
+"""`loops optimize` and `loops eval` (loops/cli/datasets.py), with a scripted LM behind --model."""
 
 import json
 from pathlib import Path

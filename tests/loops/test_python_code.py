@@ -1,4 +1,4 @@
-"""The Python helpers of the code loop (loops.python_code) and the executor's request (CodeRequest)."""
+"""The Python helpers of the code loop (loops.code.python) and the executor's request (loops.code.code_request)."""
 
 import shlex
 import sys
@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from loops import ConfigurationError
-from loops.python_code import Interface, align_names, read_interface
+from loops.code import Interface, align_names, code_request, read_interface
 from loops.signatures.results import CodeRequest
 
 MBPP_STYLE = (
@@ -67,10 +67,10 @@ def test_align_names_aliases_the_one_function_to_the_expected_names():
 
 
 def test_a_request_is_built_from_a_str_or_a_dict_and_renders_the_executors_task():
-    assert CodeRequest.of("write f") == CodeRequest(prompt="write f")
-    request = CodeRequest.of({"prompt": "write f", "files": ["a.py"], "target_file": "f.py",
+    assert code_request("write f") == CodeRequest(prompt="write f")
+    request = code_request({"prompt": "write f", "files": ["a.py"], "target_file": "f.py",
                               "interface": "The tests call `f(int)`: define exactly these names."})
-    assert request.files == ("a.py",) and CodeRequest.of(request) is request
+    assert request.files == ("a.py",) and code_request(request) is request
 
     retried = request.retry("It failed.", ["g", "g"]).retry("Again.", ["h"])
 
@@ -82,4 +82,4 @@ def test_a_request_is_built_from_a_str_or_a_dict_and_renders_the_executors_task(
 @pytest.mark.parametrize("value", [None, 3, {"task": "x"}, {"prompt": "x", "file": ["typo.py"]}])
 def test_a_request_that_is_not_one_says_what_it_takes(value):
     with pytest.raises(ConfigurationError, match="prompt"):
-        CodeRequest.of(value)
+        code_request(value)

@@ -21,11 +21,13 @@ from typer.testing import CliRunner
 
 import loops.batch
 import loops.lm
+import loops.lm.server
 from loops import CreatorCriticIterator
 from loops.adapters import CompactJSONAdapter
 from loops.cli import app
 from loops.errors import ConfigurationError
-from loops.lm import MODEL, REMOTE_MAX_TOKENS, ServerEngine, ServerLM, adapter_for, resolve
+from loops.lm import MODEL, REMOTE_MAX_TOKENS, ServerEngine, ServerLM, resolve
+from loops.profile import adapter_for
 from loops.runtime import is_transient, setup_error
 from loops.saving import lm_reference
 from tests.loops.fake_openai import hosted
@@ -117,8 +119,8 @@ def server() -> Iterator[RecordingServer]:
 @pytest.fixture(autouse=True)
 def fresh_server_knowledge(monkeypatch):
     """What `ServerLM` learnt of a server is kept per address; a later test's server may get the same port."""
-    monkeypatch.setattr(loops.lm, "_schema_spelling", {})
-    monkeypatch.setattr(loops.lm, "_warned_servers", set())
+    monkeypatch.setattr(loops.lm.server, "_schema_spelling", {})
+    monkeypatch.setattr(loops.lm.server, "_warned_servers", set())
 
 
 @pytest.fixture
@@ -431,8 +433,8 @@ def test_a_saved_server_lm_keeps_its_address_but_never_its_key(monkeypatch):
 def test_the_environments_proxy_for_the_server_is_looked_up_once_per_session_as_httpx_reads_it(monkeypatch):
     for name in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    assert loops.lm._env_proxy("http://10.0.0.5:8000/v1/chat/completions") is None
+    assert loops.lm.server._env_proxy("http://10.0.0.5:8000/v1/chat/completions") is None
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
-    assert loops.lm._env_proxy("http://10.0.0.5:8000/v1/chat/completions") == "http://proxy.internal:3128"
+    assert loops.lm.server._env_proxy("http://10.0.0.5:8000/v1/chat/completions") == "http://proxy.internal:3128"
     monkeypatch.setenv("NO_PROXY", "10.0.0.5,localhost")
-    assert loops.lm._env_proxy("http://10.0.0.5:8000/v1/chat/completions") is None
+    assert loops.lm.server._env_proxy("http://10.0.0.5:8000/v1/chat/completions") is None

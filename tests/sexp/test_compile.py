@@ -226,7 +226,7 @@ def test_a_program_and_its_loop_resume_from_a_checkpoint_without_repeating_an_lm
 
 
 def test_a_changed_program_does_not_replay_another_programs_checkpoint(tmp_path):
-    from loops.checkpoint import ReplayDivergence
+    from loops.errors import ReplayDivergence
 
     store = str(tmp_path / "runs.db")
     with dspy.context(lm=scripted_lm([{"improved": f"v{n}"} for n in range(1, 5)]), adapter=dspy.ChatAdapter()):

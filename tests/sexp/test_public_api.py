@@ -4,9 +4,9 @@ from loops.errors import LoopsError
 
 def test_the_public_api_is_exactly_what_all_lists():
     assert set(loops.sexp.__all__) == {
-        "NIL", "Analyzer", "ArityError", "Closure", "DslError", "DslSyntaxError", "DslTypeError", "DslValueError",
+        "NIL", "AnalysedProgram", "Analyzer", "ArityError", "Closure", "DslError", "DslSyntaxError", "DslTypeError", "DslValueError",
         "Env", "Evaluation", "IncompleteInput", "Interpreter", "Keyword", "LimitExceeded", "Limits", "Node",
-        "Program", "Symbol", "Tool", "ToolError", "UnboundName", "WorkspaceContext", "evaluate", "read",
+        "Symbol", "Tool", "ToolError", "UnboundName", "WorkspaceContext", "evaluate", "read",
         "special_form", "to_source", "Atom", "SexpProgram", "compile",
     }
     assert all(hasattr(loops.sexp, name) for name in loops.sexp.__all__)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from loops.errors import DecisionError
 from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
 
 
@@ -62,62 +61,6 @@ def test_structured_analysis_valid(fields):
 def test_structured_analysis_requires_next_input_on_failure(next_input):
     with pytest.raises(ValidationError, match="next_input is required .* when success is false"):
         StructuredAnalysisResult(success=False, analysis="broken", next_input=next_input)
-
-
-@pytest.mark.parametrize(
-    ("raw", "action", "value"),
-    [
-        (ControllerDecision.proceed(3), "continue", 3),
-        (ControllerDecision.stop("done"), "stop", "done"),
-        (("continue", "v"), "continue", "v"),
-        (["stop", {"k": 1}], "stop", {"k": 1}),
-        (("CONTINUE", None), "continue", None),
-        ((" Stop ", 0), "stop", 0),
-        ({"action": "continue", "value": [1]}, "continue", [1]),
-        ({"action": "STOP"}, "stop", None),
-    ],
-)
-def test_coerce_accepted_forms(raw, action, value):
-    decision = ControllerDecision.coerce(raw)
-    assert (decision.action, decision.value) == (action, value)
-    assert decision.should_stop is (action == "stop")
-
-
-def test_coerce_returns_the_same_decision():
-    decision = ControllerDecision.proceed(1)
-    assert ControllerDecision.coerce(decision) is decision
-
-
-@pytest.mark.parametrize(
-    ("raw", "shown"),
-    [
-        (("maybe", 1), "('maybe', 1)"),
-        ([], "[]"),
-        ("stop", "'stop'"),
-        ({"action": "go"}, "{'action': 'go'}"),
-        (42, "42"),
-        (("stop", 1, 2), "('stop', 1, 2)"),
-        ((1, "stop"), "(1, 'stop')"),
-        ({"action": "stop", "valu": 1}, "{'action': 'stop', 'valu': 1}"),
-        (None, "None"),
-    ],
-)
-def test_coerce_rejects_with_a_message_naming_the_value(raw, shown):
-    with pytest.raises(DecisionError) as caught:
-        ControllerDecision.coerce(raw)
-    assert str(caught.value) == (
-        f"controller returned {shown}, which is not a decision; expected ControllerDecision, "
-        "a 2-element list/tuple ('continue' | 'stop', value), "
-        "or a dict {'action': 'continue' | 'stop', 'value': ...}"
-    )
-
-
-def test_coerce_truncates_a_long_value():
-    with pytest.raises(DecisionError) as caught:
-        ControllerDecision.coerce("x" * 10_000)
-    message = str(caught.value)
-    assert len(message) < 400
-    assert "'xxxx" in message and "…" in message
 
 
 def test_direct_construction_validates_action():

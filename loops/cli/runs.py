@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from loops.checkpoint import SQLiteStore, unpack
+from loops.cli.options import console
+
+__all__ = ["app"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-console = Console()
 
 CheckpointArgument = Annotated[Path, typer.Argument(help="The checkpoint file (SQLite) given as --checkpoint")]
 

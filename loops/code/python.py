@@ -20,7 +20,6 @@ from typing import Any
 from loops.signatures.results import ValidationResult
 
 __all__ = [
-    "WORKED_EXAMPLES",
     "Interface",
     "align_names",
     "defined_functions",
@@ -151,30 +150,6 @@ def failure_digest(validation: ValidationResult, code: str = "") -> str:
         tail = [line for line in output.splitlines() if line.strip()][-5:]
         notes.append(f"The tests failed (exit code {validation.exit_code}):\n" + "\n".join(tail))
     return "\n".join(notes)[:DIGEST_CHARS]
-
-
-# --- worked examples --------------------------------------------------------------------------------
-
-
-# Small tasks written for the library (from no benchmark), each as the executor's request and the code
-# that passes its tests. A small model follows an example's shape better than an instruction (one short
-# function, named as the tests call it, no prints), so some candidates of an iteration are drawn with
-# them as demos: see `ExecuteValidateController`'s `examples`.
-WORKED_EXAMPLES: tuple[tuple[str, str], ...] = (
-    ("Write a function to find the sum of the squares of the even numbers in a list. Your code should pass "
-     "these tests:\n\nassert sum_even_squares([1, 2, 3, 4]) == 20\nassert sum_even_squares([5, 7]) == 0\n\n"
-     "The tests call `sum_even_squares(list)`: define exactly these names in solution.py, with these arguments.",
-     "def sum_even_squares(numbers):\n    return sum(n * n for n in numbers if n % 2 == 0)\n"),
-    ("Write a python function to count the vowels in a string. Your code should pass these tests:\n\n"
-     "assert count_vowels(\"hello\") == 2\nassert count_vowels(\"sky\") == 0\n\n"
-     "The tests call `count_vowels(str)`: define exactly these names in solution.py, with these arguments.",
-     "def count_vowels(text):\n    count = 0\n    for char in text.lower():\n        if char in \"aeiou\":\n"
-     "            count += 1\n    return count\n"),
-    ("Write a function to check whether all the tuples in a list have the same length. Your code should pass "
-     "these tests:\n\nassert same_length([(1, 2), (3, 4)]) == True\nassert same_length([(1,), (2, 3)]) == False\n\n"
-     "The tests call `same_length(list)`: define exactly these names in solution.py, with these arguments.",
-     "def same_length(tuples):\n    return len(set(len(t) for t in tuples)) <= 1\n"),
-)
 
 
 # --- reading the interface the tests expect ---------------------------------------------------------

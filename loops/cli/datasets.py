@@ -21,23 +21,10 @@ from typing import Annotated, Any
 import dspy
 import typer
 
-from loops.cli import (
-    AdapterOption,
-    ApiBaseOption,
-    ApiKeyEnvOption,
-    MaxTokensOption,
-    ModelChoice,
-    ModelOption,
-    TemperatureOption,
-    console,
-)
-from loops.creator_critic import CreatorCriticIterator
-from loops.director import DirectorExecutorEvaluatorController
+from loops.cli.options import ModelChoice, console, load_program, name_value_pairs, with_options
 from loops.errors import ConfigurationError
-from loops.execute_validate import ExecuteValidateController
 
-KINDS = {"refine": CreatorCriticIterator, "fix": ExecuteValidateController,
-         "direct": DirectorExecutorEvaluatorController}
+__all__ = ["batch_command", "eval_command", "load_examples", "load_sets", "optimize_command"]
 
 KindArgument = Annotated[str, typer.Argument(help="refine | fix | direct | FILE.sexp")]
 DataOption = Annotated[str, typer.Option(
@@ -49,42 +36,6 @@ MaxIterationsOption = Annotated[int | None, typer.Option(
 SamplesOption = Annotated[int | None, typer.Option(
     min=1, max=100, help="fix: candidates per iteration [default: by model]")]
 ThreadsOption = Annotated[int, typer.Option(min=1, max=64, help="Examples run at once")]
-
-
-def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Module:
-    """The program a command runs: the saved one at `program` (checked to be of `kind`; `arguments` given
-    override its own), or a new one of `kind` built with `arguments`. None means "not given"."""
-    from loops.saving import load
-    from loops.sexp.program import SexpProgram
-
-    arguments = {name: value for name, value in arguments.items() if value is not None}
-    expected = KINDS.get(kind)
-    if expected is None and not kind.endswith(".sexp"):
-        raise ConfigurationError(f"unknown program {kind!r}: use refine, fix, direct or a FILE.sexp")
-    if "samples" in arguments and kind != "fix":
-        raise ConfigurationError(f"--samples is an option of fix, not of {kind}")
-    if program is not None:
-        loaded = load(program, **arguments)
-        if not isinstance(loaded, expected or SexpProgram):
-            raise ConfigurationError(f"--program {str(program)!r} is a {type(loaded).__name__}, not a "
-                                     f"{(expected or SexpProgram).__name__}: give it to `loops "
-                                     f"{_command_of(loaded)}` instead")
-        if expected is None and Path(kind).read_text(encoding="utf-8") != loaded.source:
-            raise ConfigurationError(f"--program {str(program)!r} was compiled from another text than {kind!r}: "
-                                     "give the .sexp file it was optimized from")
-        return loaded
-    if expected is None:
-        from loops.sexp import compile as compile_program
-
-        return compile_program(Path(kind), **arguments)
-    return expected(**arguments)
-
-
-def _command_of(program: dspy.Module) -> str:
-    for name, cls in KINDS.items():
-        if isinstance(program, cls):
-            return name
-    return "run"
 
 
 def _data_form(kind: str, data: str) -> str:
@@ -121,8 +72,6 @@ def load_sets(kind: str, data: str, train: int | None, val: int | None) -> tuple
 def _options(pairs: list[str]) -> dict[str, Any]:
     import json
 
-    from loops.cli import name_value_pairs
-
     options = {}
     for name, text in name_value_pairs(pairs, "--option", "max_bootstrapped_demos=2"):
         try:
@@ -132,9 +81,11 @@ def _options(pairs: list[str]) -> dict[str, Any]:
     return options
 
 
+@with_options
 def optimize_command(
     kind: KindArgument,
     data: DataOption,
+    choice: ModelChoice,
     optimizer: Annotated[str, typer.Option(help="bootstrap | random-search | mipro | gepa | simba")] = "bootstrap",
     out: Annotated[Path, typer.Option(help="Where the optimized program is saved (.json), with its report")] = Path(
         "optimized.json"),
@@ -146,12 +97,6 @@ def optimize_command(
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
     threads: ThreadsOption = 1,
-    model: ModelOption = "local",
-    api_base: ApiBaseOption = None,
-    api_key_env: ApiKeyEnvOption = None,
-    max_tokens: MaxTokensOption = None,
-    temperature: TemperatureOption = None,
-    adapter: AdapterOption = None,
 ) -> None:
     """Score a loop on the validation examples, optimize it on the training ones, score it again, save it."""
     import loops.optimize
@@ -160,7 +105,7 @@ def optimize_command(
         raise ConfigurationError(f"--out {str(out)!r}: the optimized program is saved as a .json file")
     module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
     trainset, valset = load_sets(kind, data, train, val)
-    lm = ModelChoice(model, api_base, api_key_env, max_tokens, temperature, adapter).resolve()
+    lm = choice.resolve()
     started = time.monotonic()
     with dspy.context(lm=lm):
         _, report = loops.optimize.run(module, trainset, valset, optimizer=optimizer, out=out, num_threads=threads,
@@ -169,20 +114,16 @@ def optimize_command(
     console.print(f"saved to {out} ({time.monotonic() - started:.0f} s in all)", highlight=False, soft_wrap=True)
 
 
+@with_options
 def eval_command(
     kind: KindArgument,
     data: DataOption,
+    choice: ModelChoice,
     program: ProgramOption = None,
     val: Annotated[int | None, typer.Option(min=1, help="Examples at most")] = None,
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
     threads: ThreadsOption = 1,
-    model: ModelOption = "local",
-    api_base: ApiBaseOption = None,
-    api_key_env: ApiKeyEnvOption = None,
-    max_tokens: MaxTokensOption = None,
-    temperature: TemperatureOption = None,
-    adapter: AdapterOption = None,
 ) -> None:
     """Score a loop (or a saved one, --program) on the validation examples of --data."""
     import loops.optimize
@@ -191,7 +132,7 @@ def eval_command(
     _, valset = load_sets(kind, data, None, val)
     if not valset:
         raise ConfigurationError(f"--data {data!r} holds no validation examples for {kind}")
-    lm = ModelChoice(model, api_base, api_key_env, max_tokens, temperature, adapter).resolve()
+    lm = choice.resolve()
     with dspy.context(lm=lm):
         score, stage = loops.optimize.evaluate(module, valset, num_threads=threads)
     console.print(f"{kind}: score {score.score:.3f}; solved {score.solved} of {score.examples}; "
@@ -199,9 +140,11 @@ def eval_command(
                   highlight=False, soft_wrap=True)
 
 
+@with_options
 def batch_command(
     kind: KindArgument,
     data: DataOption,
+    choice: ModelChoice,
     out: Annotated[Path, typer.Option(help="JSON-lines file results are appended to; a rerun skips what it holds")],
     concurrency: Annotated[int, typer.Option(min=1, max=10_000, help="Loops running at once")] = 16,
     backend: Annotated[str, typer.Option(help="asyncio (in this process) | ray (each example on a Ray worker)")] = (
@@ -211,12 +154,6 @@ def batch_command(
     program: ProgramOption = None,
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
-    model: ModelOption = "local",
-    api_base: ApiBaseOption = None,
-    api_key_env: ApiKeyEnvOption = None,
-    max_tokens: MaxTokensOption = None,
-    temperature: TemperatureOption = None,
-    adapter: AdapterOption = None,
 ) -> None:
     """Run a loop on every example of --data, many at once, streaming one result per line to --out."""
     import loops.batch
@@ -224,7 +161,7 @@ def batch_command(
 
     module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
     examples = load_examples(kind, data, split)
-    lm = ModelChoice(model, api_base, api_key_env, max_tokens, temperature, adapter).resolve()
+    lm = choice.resolve()
     with dspy.context(lm=lm):
         summary = loops.batch.run(module, examples, out=out, backend=backend, concurrency=concurrency,
                                   address=address, metric=default_metric(module))

@@ -1,0 +1,71 @@
+"""The `loops` command: run a loop pattern from the shell with a live view of every role call.
+
+Exit codes:
+0  success: the critic approved, the tests pass, the evaluator passed it, the program ran to its end
+1  the loop ended without success (a program: a budget or a limit stopped it)
+2  a usage or configuration error, in one line on stderr (before any LM call where it can be known);
+   for `loops run`, an error in the program, with its position and a caret
+3  the run failed (stop reason "error")
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from loops.cli import datasets, patterns, programs, runs
+from loops.cli.options import EXIT_NO_SUCCESS, EXIT_SUCCESS, EXIT_USAGE
+from loops.errors import ConfigurationError
+
+__all__ = ["app", "main"]
+
+
+class _OneLineErrors(TyperGroup):
+    """Reports a usage or configuration error as one line on stderr with exit code 2: the message
+    says what to fix, and a usage box or a traceback would only bury it."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except (typer.TyperException, ConfigurationError) as exc:  # the former: a bad option, a missing argument
+            code = _usage_error(exc.format_message() if isinstance(exc, typer.TyperException) else str(exc))
+        except typer.Abort:
+            typer.echo("aborted", err=True)
+            code = EXIT_NO_SUCCESS
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else EXIT_SUCCESS)
+
+
+def _usage_error(message: str) -> int:
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    return EXIT_USAGE
+
+
+app = typer.Typer(add_completion=False, help=__doc__, cls=_OneLineErrors)
+
+
+@app.callback(invoke_without_command=True)
+def _help_without_a_command(ctx: typer.Context) -> None:
+    # Instead of no_args_is_help, whose help text would arrive here as an error message.
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+
+
+app.command()(patterns.refine)
+app.command()(patterns.fix)
+app.command()(patterns.direct)
+app.command("run")(programs.run_program)
+app.command()(programs.repl)
+app.add_typer(runs.app, name="runs", help="The runs a --checkpoint file holds: `loops runs list FILE`, "
+              "`loops runs show FILE RUN_ID`")
+app.command("optimize")(datasets.optimize_command)
+app.command("eval")(datasets.eval_command)
+app.command("batch")(datasets.batch_command)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,193 @@
+"""What every `loops` command shares, declared once: the model options (`ModelChoice`), the run options
+(`RunOptions`), the exit codes, the console, and loading the program a command runs.
+
+A command takes a group of options by naming a parameter of its type (`choice: ModelChoice`); `with_options`
+adds the group's options to the command's own and hands it one instance of the group. The choices a
+user names (policies, adapters) are enums generated from the tuples that define them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import inspect
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, get_type_hints
+
+import dspy
+import typer
+from rich.console import Console
+
+from loops.adapters import ADAPTERS
+from loops.code.defaults import POLICIES
+from loops.creator_critic import CreatorCriticIterator
+from loops.director import DirectorExecutorEvaluatorController
+from loops.errors import ConfigurationError
+from loops.execute_validate import ExecuteValidateController
+
+__all__ = ["EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS", "EXIT_USAGE", "KINDS", "AdapterName", "ModelChoice",
+           "Policy", "RunOptions", "console", "load_program", "name_value_pairs", "with_options"]
+
+EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
+console = Console()
+
+Policy = enum.StrEnum("Policy", {name: name for name in POLICIES})
+AdapterName = enum.StrEnum("AdapterName", {name: name for name in ADAPTERS})
+
+# The programs a command runs by name; any other is a DSL program, FILE.sexp.
+KINDS = {"refine": CreatorCriticIterator, "fix": ExecuteValidateController,
+         "direct": DirectorExecutorEvaluatorController}
+
+
+def _check_timeout(value: float) -> float:
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigurationError(f"--timeout must be a positive number of seconds, got {value:g}")
+    return value
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """--model and the options that shape its requests, resolved once by `loops.lm.resolve`; only the
+    options given are passed, so that the model's own defaults apply to the rest."""
+
+    model: Annotated[str, typer.Option(
+        "--model", "-m", help="'local' (embedded SmolLM2-135M, offline) or a LiteLLM model string")] = "local"
+    api_base: Annotated[str | None, typer.Option(
+        "--api-base", help="Address of an OpenAI-compatible server serving --model (llama.cpp, vLLM, ...), e.g. "
+        "http://127.0.0.1:8080/v1 with --model openai/<name>")] = None
+    api_key_env: Annotated[str | None, typer.Option(
+        "--api-key-env", metavar="NAME", help="Environment variable holding the API key [default: with "
+        "--api-base, no key is sent; else the provider's own variable]")] = None
+    max_tokens: Annotated[int | None, typer.Option(
+        "--max-tokens", help="Output tokens per LM answer at most [default: 512 for 'local', 1024 for other "
+        "models]")] = None
+    temperature: Annotated[float | None, typer.Option(
+        "--temperature", help="Sampling temperature, 0 to 2 [default: 0 for 'local', else the model's own]")] = None
+    adapter: Annotated[AdapterName | None, typer.Option(
+        "--adapter", help="How roles ask for structured answers: 'chat' (DSPy's field markers), 'json' (a JSON "
+        "object; the output schema goes to the server), 'compact' (JSON without a template of placeholders) "
+        "[default: compact for 'local', else chat]")] = None
+
+    def resolve(self) -> dspy.BaseLM:
+        from loops.lm import resolve
+
+        options = {name: getattr(self, name) for name in ("api_base", "api_key_env", "max_tokens", "temperature")
+                   if getattr(self, name) is not None}
+        if self.adapter is not None:
+            options["adapter"] = self.adapter.value
+        return resolve(self.model, **options)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The limits of one run and where it is recorded: the options of every command that runs a loop."""
+
+    timeout: Annotated[float, typer.Option(
+        "--timeout", callback=_check_timeout, help="Wall-clock limit of the whole loop, in seconds")] = 300.0
+    trace: Annotated[Path | None, typer.Option(
+        "--trace", help="Write every role call to this JSONL file as it finishes")] = None
+    checkpoint: Annotated[Path | None, typer.Option(
+        "--checkpoint", help="Record every role call in this SQLite file; with --run-id, resume that run from "
+        "it")] = None
+    run_id: Annotated[str | None, typer.Option(
+        "--run-id", help="Name of this run in --checkpoint: running again with it resumes without repeating "
+        "calls")] = None
+    token_budget: Annotated[int | None, typer.Option(
+        "--token-budget", min=1, help="Stop once the LMs have reported this many tokens (input plus output)")] = None
+    max_cost: Annotated[float | None, typer.Option(
+        "--max-cost", min=0.0, help="Stop once the LM requests have cost this many US dollars")] = None
+
+    def recording(self) -> dict[str, Any]:
+        """The call options that record the run: `checkpoint` and `run_id` (a new one unless given)."""
+        if self.run_id is not None and self.checkpoint is None:
+            raise ConfigurationError("--run-id needs --checkpoint FILE, the file the run is recorded in")
+        if self.checkpoint is None:
+            return {}
+        return {"checkpoint": str(self.checkpoint), "run_id": self.run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}"}
+
+    def call_options(self) -> dict[str, Any]:
+        """The per-call options of a loop module: its limits, and where the run is recorded."""
+        return {"timeout_s": self.timeout, "max_tokens": self.token_budget, "max_cost_usd": self.max_cost,
+                **self.recording()}
+
+
+_GROUPS = (ModelChoice, RunOptions)
+
+
+@functools.cache
+def _group_parameters(group: type) -> tuple[inspect.Parameter, ...]:
+    hints = get_type_hints(group, include_extras=True)
+    return tuple(inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default,
+                                   annotation=hints[field.name]) for field in dataclasses.fields(group))
+
+
+def with_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`command` with the options of each group it names by type (`choice: ModelChoice`, `run: RunOptions`)
+    added after its own, and called with one instance of each group built from them."""
+    signature = inspect.signature(command, eval_str=True)
+    groups = {name: parameter.annotation for name, parameter in signature.parameters.items()
+              if parameter.annotation in _GROUPS}
+    own = [parameter for name, parameter in signature.parameters.items() if name not in groups]
+
+    @functools.wraps(command)
+    def with_groups(**values: Any) -> Any:
+        for name, group in groups.items():
+            values[name] = group(**{parameter.name: values.pop(parameter.name)
+                                    for parameter in _group_parameters(group)})
+        return command(**values)
+
+    added = [parameter for group in groups.values() for parameter in _group_parameters(group)]
+    with_groups.__signature__ = signature.replace(parameters=[*own, *added])  # what typer reads
+    return with_groups
+
+
+def name_value_pairs(items: list[str], option: str, example: str) -> list[tuple[str, str]]:
+    """`name=value` items of a repeatable option, split; one without a name or an `=` is a usage error."""
+    pairs = []
+    for item in items:
+        name, equals, value = item.partition("=")
+        if not equals or not name.strip():
+            raise ConfigurationError(f"{option} takes name=value (e.g. {option} {example}), got {item!r}")
+        pairs.append((name.strip(), value))
+    return pairs
+
+
+def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Module:
+    """The program a command runs: the saved one at `program` (checked to be of `kind`; `arguments` given
+    override its own), or a new one of `kind` built with `arguments`. None means "not given"."""
+    from loops.saving import load
+    from loops.sexp.program import SexpProgram
+
+    arguments = {name: value for name, value in arguments.items() if value is not None}
+    expected = KINDS.get(kind)
+    if expected is None and not kind.endswith(".sexp"):
+        raise ConfigurationError(f"unknown program {kind!r}: use refine, fix, direct or a FILE.sexp")
+    if "samples" in arguments and kind != "fix":
+        raise ConfigurationError(f"--samples is an option of fix, not of {kind}")
+    if program is not None:
+        loaded = load(program, **arguments)
+        if not isinstance(loaded, expected or SexpProgram):
+            raise ConfigurationError(f"--program {str(program)!r} is a {type(loaded).__name__}, not a "
+                                     f"{(expected or SexpProgram).__name__}: give it to `loops "
+                                     f"{_command_of(loaded)}` instead")
+        if expected is None and Path(kind).read_text(encoding="utf-8") != loaded.source:
+            raise ConfigurationError(f"--program {str(program)!r} was compiled from another text than {kind!r}: "
+                                     "give the .sexp file it was optimized from")
+        return loaded
+    if expected is None:
+        from loops.sexp import compile as compile_program
+
+        return compile_program(Path(kind), **arguments)
+    return expected(**arguments)
+
+
+def _command_of(program: dspy.Module) -> str:
+    for name, cls in KINDS.items():
+        if isinstance(program, cls):
+            return name
+    return "run"

@@ -1,0 +1,100 @@
+"""`loops refine`, `loops fix` and `loops direct`: one pattern each, with a live view of every role call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from loops.cli.options import ModelChoice, Policy, RunOptions, console, load_program, with_options
+from loops.cli.progress import report, run_with_progress
+from loops.code.defaults import code_loop_defaults
+from loops.validators import ShellValidator
+
+__all__ = ["direct", "fix", "refine"]
+
+ProgramOption = Annotated[Path | None, typer.Option(
+    "--program", help="Run a saved program (loops optimize --out, or module.save): its demos, instructions and "
+    "configuration; options given here override its own")]
+
+
+@with_options
+def refine(
+    requirements: Annotated[str, typer.Argument(help="What to create")],
+    choice: ModelChoice,
+    run: RunOptions,
+    context: Annotated[str, typer.Option(help="Background context for the creator")] = "",
+    max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help="Revisions at most [default: 3]")] = None,
+    program: ProgramOption = None,
+) -> None:
+    """Creator–Critic–Iterator: draft, then revise until the critic approves."""
+    module = load_program("refine", program, max_iterations=max_iterations)
+    result, seconds = run_with_progress(module, choice, run.trace, requirements=requirements, context=context,
+                                        **run.call_options())
+    report(result, seconds, f"final draft ({'approved' if result.success else 'not approved'})")
+
+
+@with_options
+def fix(
+    task: Annotated[str, typer.Argument(help="What the code should do")],
+    test_command: Annotated[str, typer.Option("--test-command", "-t", help="Command whose exit code 0 means done")],
+    choice: ModelChoice,
+    run: RunOptions,
+    workspace: Annotated[Path | None, typer.Option(help="Directory to work in (default: a temporary one)")] = None,
+    files: Annotated[
+        list[str] | None, typer.Option("--files", "-f", help="Workspace files to show the executor")
+    ] = None,
+    target_file: Annotated[str, typer.Option(help="The file the executor writes")] = "solution.py",
+    policy: Annotated[
+        Policy | None, typer.Option(help="'repair' (show earlier attempts), 'fresh' (new samples) or 'auto' (repair "
+                                    "until it repeats itself, then fresh) [default: auto on the embedded model, "
+                                    "else repair]")
+    ] = None,
+    samples: Annotated[int | None, typer.Option(min=1, max=100, help=(
+        "Candidates per iteration, each run through the tests; the best is kept [default: several on the "
+        "embedded model, else 1]"))] = None,
+    examples: Annotated[bool | None, typer.Option("--examples/--no-examples", help=(
+        "Show worked examples of small tasks solved to some greedy candidates (all the examples; one "
+        "each) and to every second sample [default: on the embedded model, else no]"))] = None,
+    penalty_variants: Annotated[bool | None, typer.Option("--penalty-variants/--no-penalty-variants", help=(
+        "Draw greedy candidates with other penalties than the embedded engine's repeat penalty (none; a light "
+        "frequency penalty) and with a lower token cap [default: on the embedded model, else no]"))] = None,
+    analyst: Annotated[bool | None, typer.Option("--analyst/--no-analyst", help=(
+        "Ask the analyst LLM for the next instruction after failing tests [default: not on the embedded "
+        "model, else yes]"))] = None,
+    max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help=(
+        "Execute-validate cycles at most [default: by model, loops.code.code_loop_defaults]"))] = None,
+    program: ProgramOption = None,
+) -> None:
+    """Execute–Validate–Controller: write code, run the tests, repeat until they pass.
+
+    Unset options follow the model (loops.code.code_loop_defaults)."""
+    ShellValidator(workspace=workspace).check(test_command)
+    lm = choice.resolve()
+    if max_iterations is None and program is None:
+        max_iterations = code_loop_defaults(lm).max_iterations
+    module = load_program("fix", program, max_iterations=max_iterations, workspace=workspace,
+                          policy=policy.value if policy else None, samples=samples, examples=examples,
+                          penalty_variants=penalty_variants, analyst=analyst, target_file=target_file)
+    initial_input = {"prompt": task, "files": list(files or []), "target_file": target_file}
+    result, seconds = run_with_progress(module, lm, run.trace, initial_input=initial_input,
+                                        test_command=test_command, **run.call_options())
+    if workspace is not None:
+        console.print(f"files written to {workspace}")
+    report(result, seconds, "tests pass" if result.success else "tests still fail")
+
+
+@with_options
+def direct(
+    goal: Annotated[str, typer.Argument(help="What to achieve")],
+    choice: ModelChoice,
+    run: RunOptions,
+    max_iterations: Annotated[int | None, typer.Option(
+        min=0, max=1000, help="Plan-execute-evaluate cycles at most [default: 3]")] = None,
+    program: ProgramOption = None,
+) -> None:
+    """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it."""
+    module = load_program("direct", program, max_iterations=max_iterations)
+    result, seconds = run_with_progress(module, choice, run.trace, initial_input=goal, **run.call_options())
+    report(result, seconds, "passed" if result.success else "not passed")

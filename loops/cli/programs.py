@@ -1,0 +1,118 @@
+"""`loops run` and `loops repl`: S-expression programs from the shell."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.panel import Panel
+
+from loops.budget import Budget
+from loops.cli.options import (
+    EXIT_NO_SUCCESS,
+    EXIT_RUN_FAILED,
+    EXIT_SUCCESS,
+    EXIT_USAGE,
+    ModelChoice,
+    RunOptions,
+    console,
+    load_program,
+    name_value_pairs,
+    with_options,
+)
+from loops.cli.progress import run_with_progress
+from loops.errors import ConfigurationError
+
+__all__ = ["dsl_value", "repl", "run_program"]
+
+
+def dsl_value(text: str) -> Any:
+    """A --set value: a DSL number, #t/#f or "quoted string" as that value; anything else as text."""
+    from loops.sexp import DslError, read
+
+    try:
+        nodes = read(text)
+    except DslError:
+        return text
+    if len(nodes) == 1 and not nodes[0].is_list and nodes[0].symbol is None:
+        return nodes[0].value
+    return text
+
+
+def _bindings(assignments: list[str]) -> dict[str, Any]:
+    return {name: dsl_value(value) for name, value in name_value_pairs(assignments, "--set", "target=100")}
+
+
+@with_options
+def run_program(
+    program: Annotated[Path, typer.Argument(help="The DSL program, a .sexp file")],
+    choice: ModelChoice,
+    run: RunOptions,
+    assignments: Annotated[list[str] | None, typer.Option(
+        "--set", help="Bind a variable before the program runs: name=value (a number, #t/#f, or text)")] = None,
+    workspace: Annotated[Path | None, typer.Option(
+        help="Directory the shell tool and get_context work in (default: the current one)")] = None,
+    saved: Annotated[Path | None, typer.Option(
+        "--program", help="Run a saved program compiled from this file (loops optimize FILE.sexp --out): its "
+        "atoms' demos and instructions")] = None,
+) -> None:
+    """Run an S-expression program (see docs/dsl.md); its atoms use --model.
+
+    Exit codes as for the loops: 1 when a limit stopped the program (its LM budget, or its steps, wall
+    clock or recursion depth, shown with the form's position), 2 for an error in the program (shown
+    with its line and a caret)."""
+    from loops.sexp import DslError, LimitExceeded, Limits, compile, to_source
+
+    bindings = _bindings(assignments or [])
+    reserved = sorted(set(bindings) & {"budget", "checkpoint", "run_id"})
+    if reserved:
+        raise ConfigurationError(f"--set {reserved[0]}=... names a program call's own option; use --checkpoint/"
+                                 "--run-id (or --token-budget, --max-cost, --timeout), or another variable name")
+    bindings.update(run.recording())
+    options = {"workspace": workspace, "limits": Limits(timeout_s=run.timeout),
+               "budget": Budget(max_iterations=1, timeout_s=run.timeout, max_tokens=run.token_budget,
+                                max_cost_usd=run.max_cost)}
+    try:
+        compiled = compile(program, **options) if saved is None else load_program(str(program), saved, **options)
+    except DslError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    log = logging.getLogger("loops.sexp")
+    handler = _ConsoleLog()
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        result, seconds = run_with_progress(compiled, choice, run.trace, **bindings)
+    except LimitExceeded as error:  # its step budget, wall clock or recursion depth: a limit, as --timeout is
+        typer.echo(str(error), err=True)
+        raise typer.Exit(EXIT_NO_SUCCESS) from None
+    except DslError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    finally:
+        log.removeHandler(handler)
+    console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}", expand=False))
+    console.print(f"LM calls: {result.lm_calls}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    if result.stop_reason == "error":
+        raise typer.Exit(EXIT_RUN_FAILED)
+    raise typer.Exit(EXIT_SUCCESS if result.success else EXIT_NO_SUCCESS)
+
+
+class _ConsoleLog(logging.Handler):
+    """The program's `log-message` lines, as they happen (its warnings are printed at the end)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno == logging.INFO:
+            console.print(f"[dim]log:[/dim] {record.getMessage()}", highlight=False)
+
+
+@with_options
+def repl(choice: ModelChoice) -> None:
+    """An S-expression read-eval-print loop: definitions persist; multi-line input; (exit) or Ctrl-D."""
+    from loops.sexp.repl import main as repl_main
+
+    repl_main(model=choice.resolve())

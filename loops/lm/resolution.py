@@ -1,0 +1,145 @@
+"""Which LM: the one spelling of a model for every part of loops (the CLI's --model and its options, a
+saved program's model strings, a DSL atom's `(model ...)`).
+
+`resolve` takes None/"local" (the embedded model), an LM object, or a LiteLLM model string, with or
+without the address of an OpenAI-compatible server of one's own (`api_base`), and checks everything
+it can before any LM call.
+"""
+
+from __future__ import annotations
+
+import os
+
+import dspy
+from dspy.utils import exceptions as dspy_errors
+
+from loops.adapters import ADAPTERS
+from loops.errors import ConfigurationError
+from loops.lm.embedded import local_lm
+from loops.lm.server import ServerLM
+from loops.profile import with_adapter
+
+__all__ = ["REMOTE_MAX_TOKENS", "resolve"]
+
+# A finite default for every model but the embedded one: one answer from a slow server cannot run for minutes.
+REMOTE_MAX_TOKENS = 1024
+_REASONING_MAX_TOKENS = 16000  # the least DSPy accepts for OpenAI's reasoning models (gpt-5, o3, ...)
+
+
+def resolve(
+    model: str | dspy.BaseLM | None,
+    *,
+    api_base: str | None = None,
+    api_key_env: str | None = None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    adapter: str | None = None,
+) -> dspy.BaseLM:
+    """One spelling for "which LM" across loops: None/"local" is the embedded model, an LM is used as
+    it is, and a string is a LiteLLM model string, checked now so that an unknown provider fails
+    before any LM call.
+
+    `api_base` is the address of an OpenAI-compatible server (llama.cpp, vLLM, ...) that serves the
+    string's model (`openai/<name>`; see `ServerLM`); `api_key_env` names the environment variable
+    holding its key, read now. `max_tokens` (per request) and `temperature` default per kind of model:
+    the embedded model's own (512, 0.0); else `REMOTE_MAX_TOKENS` and the model's own temperature.
+    `adapter` ('chat', 'json' or 'compact', see `ADAPTERS`) travels with the LM: every role on it uses
+    that adapter unless the context or the role sets another (its profile, `loops.profile`). A given LM is copied
+    before settings are applied to it. Every mistake is a `ConfigurationError`, raised before any call.
+
+    A string's LM gets `num_retries=0`: the loop's `RetryPolicy` retries transient errors itself,
+    within the run's budget, and DSPy's own retries underneath would multiply every request unseen.
+    """
+    _check_request_settings(max_tokens, temperature, adapter)
+    settings = {name: value for name, value in (("max_tokens", max_tokens), ("temperature", temperature))
+                if value is not None}
+    if model is None or model == "local" or isinstance(model, dspy.BaseLM):
+        if api_base is not None or api_key_env is not None:
+            what = "the embedded model runs in this process" if not isinstance(model, dspy.BaseLM) else (
+                "an LM object brings its own connection")
+            raise ConfigurationError(
+                f"api_base/api_key_env (--api-base/--api-key-env) need a model string, and {what}; give the "
+                "server's model as a string such as 'openai/<name>'")
+        if isinstance(model, dspy.BaseLM):
+            lm = model.copy(**settings) if settings or adapter is not None else model
+        else:
+            lm = local_lm(**settings)
+        return _with_adapter(lm, adapter)
+    if not isinstance(model, str):
+        raise ConfigurationError(
+            f"model must be None, 'local', a model string or a dspy.LM, not {type(model).__name__}")
+    fix = "use 'local' (the embedded model) or a LiteLLM model string such as 'openai/gpt-4o-mini'"
+    provider = model.partition("/")[0].replace("_", "-")
+    declared = {spelling for registered in dspy.lm15.registered_providers()
+                for spelling in registered.definition.spellings}
+    if provider not in declared:  # a provider declared to DSPy's native engine is known without LiteLLM
+        import contextlib
+        import io
+
+        import litellm  # only here: the embedded model's path never loads LiteLLM
+
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # LiteLLM prints a banner on a miss
+                litellm.get_llm_provider(model)
+        except litellm.exceptions.BadRequestError:
+            raise ConfigurationError(f"unknown model {model!r}: LiteLLM knows no provider for it; {fix}") from None
+    settings.setdefault("max_tokens", _default_max_tokens(model))
+    api_key = _api_key(api_key_env)
+    if api_key is not None:
+        settings["api_key"] = api_key
+    try:
+        if api_base is None:
+            lm = dspy.LM(model, num_retries=0, **settings)
+        else:
+            lm = ServerLM(model, api_base=_checked_api_base(api_base), num_retries=0, **settings)
+    except (ValueError, dspy_errors.LMConfigurationError) as exc:
+        raise ConfigurationError(f"model {model!r} is not usable: {exc}; {fix}") from exc
+    return _with_adapter(lm, adapter)
+
+
+def _check_request_settings(max_tokens: object, temperature: object, adapter: object) -> None:
+    if adapter is not None and (not isinstance(adapter, str) or adapter not in ADAPTERS):
+        raise ConfigurationError(
+            f"unknown adapter {adapter!r} (--adapter): use one of {', '.join(map(repr, ADAPTERS))}, or set an "
+            "adapter object with dspy.context(adapter=...)")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ConfigurationError(
+            f"max_tokens (--max-tokens) must be a positive whole number of tokens per answer, got {max_tokens!r}")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, int | float)
+                                    or not 0 <= temperature <= 2):
+        raise ConfigurationError(f"temperature (--temperature) must be a number from 0 to 2, got {temperature!r}")
+
+
+def _default_max_tokens(model: str) -> int:
+    from dspy.clients.lm import _is_openai_reasoning_model  # DSPy's own test for the models it holds to 16000
+
+    return _REASONING_MAX_TOKENS if _is_openai_reasoning_model(model) else REMOTE_MAX_TOKENS
+
+
+def _api_key(variable: str | None) -> str | None:
+    """The key in the environment variable `variable`, read now so that a missing one fails before any call."""
+    if variable is None:
+        return None
+    if not isinstance(variable, str) or not variable.strip():
+        raise ConfigurationError(
+            f"api_key_env (--api-key-env) is the name of an environment variable holding the key, got {variable!r}")
+    value = os.environ.get(variable)
+    if not value:
+        state = "is empty" if value == "" else "is not set"
+        raise ConfigurationError(f"the environment variable {variable} named by --api-key-env {state}: export "
+                                 f"{variable}=<the API key> first, or name the variable that holds the key")
+    return value
+
+
+def _checked_api_base(url: object) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigurationError(f"api_base (--api-base) must be an http(s) address such as "
+                                 f"http://127.0.0.1:8080/v1, got {url!r}")
+    return url.rstrip("/")
+
+
+def _with_adapter(lm: dspy.BaseLM, adapter: str | None) -> dspy.BaseLM:
+    return lm if adapter is None else with_adapter(lm, adapter)
