@@ -7,8 +7,8 @@ from loops.signatures.results import ControllerDecision, StructuredAnalysisResul
 
 def test_the_public_api_is_exactly_what_all_lists():
     assert set(loops.__all__) == {
-        "Budget", "CREATOR_CRITIC", "CallableValidator", "CodeRequest", "CommandNotFoundError", "ConfigurationError", "ContractError",
-        "ControllerDecision", "CreatorCriticIterator", "DIRECTOR", "DeadlinePassed", "DecisionError",
+        "Budget", "CREATOR_CRITIC", "CallableValidator", "CodeRequest", "CommandNotFoundError", "ConfigurationError",
+        "ContractError", "ControllerDecision", "CreatorCriticIterator", "DIRECTOR", "DeadlinePassed", "DecisionError",
         "DirectorExecutorEvaluatorController", "EXECUTE_VALIDATE", "ExecuteValidateController", "LimitReached",
         "LoopModule", "LoopResult", "LoopsError", "MissingDependencyError", "Observer", "PhaseContract",
         "PytestValidator", "ReplayDivergence",

@@ -11,6 +11,7 @@ import time
 import dspy
 import pytest
 from dspy.lm15 import AuthError, RateLimitError, TransportError, UnknownModelError, UnsupportedModelError
+from dspy.utils import exceptions as dspy_errors
 
 import loops
 from loops import (
@@ -28,8 +29,11 @@ from loops import (
     Step,
     Workspace,
 )
+from loops.errors import DeadlinePassed
 from loops.lm import LlamaEngine
-from loops.runtime import RESULT_FIELDS
+from loops.runtime import RESULT_FIELDS, failure_action
+from loops.sexp.errors import DslTypeError
+from loops.signatures import CriticSignature
 from tests.scripted import Phase, request_text, scripted_lm
 
 NO_WAIT = RetryPolicy(backoff_s=0)
@@ -531,3 +535,26 @@ def test_a_hosted_models_roles_keep_the_context_default_adapter():
 
     assert all("[[ ## completed ## ]]" in request_text(request) for request in lm.engine.requests)
     assert all(request.config.response_format is None for request in lm.engine.requests)
+
+
+# --- what follows a failed attempt, decided alone -----------------------------------------------------------
+
+_POLICY = RetryPolicy(attempts=3, parse_retries=1)
+
+
+@pytest.mark.parametrize(("error", "attempts", "parse_failures", "out_of_time", "action"), [
+    (LimitReached("lm_calls", "a nested call ran out"), 1, 0, False, "propagate"),
+    (DslTypeError("(+ 1 \"a\")"), 1, 0, False, "propagate"),
+    (ConfigurationError("no LM"), 1, 0, False, "setup"),
+    (ValueError("No LM is loaded."), 1, 0, False, "setup"),
+    (DeadlinePassed("cut off"), 1, 0, False, "timeout"),
+    (ConnectionError("reset"), 1, 0, True, "timeout"),
+    (dspy_errors.AdapterParseError("ChatAdapter", CriticSignature, "??"), 1, 0, False, "reparse"),
+    (dspy_errors.AdapterParseError("ChatAdapter", CriticSignature, "??"), 2, 1, False, "give_up"),
+    (ConnectionError("reset"), 2, 0, False, "retry"),
+    (ConnectionError("reset"), 3, 0, False, "give_up"),
+    (KeyError("a bug in a phase"), 1, 0, False, "give_up"),
+])
+def test_what_follows_a_failed_attempt(error, attempts, parse_failures, out_of_time, action):
+    assert failure_action(error, llm=True, attempts=attempts, parse_failures=parse_failures, retry=_POLICY,
+                          out_of_time=out_of_time) == action

@@ -4,7 +4,8 @@ from loops.errors import LoopsError
 
 def test_the_public_api_is_exactly_what_all_lists():
     assert set(loops.sexp.__all__) == {
-        "NIL", "AnalysedProgram", "Analyzer", "ArityError", "Closure", "DslError", "DslSyntaxError", "DslTypeError", "DslValueError",
+        "NIL", "AnalysedProgram", "Analyzer", "ArityError", "Closure", "DslError", "DslSyntaxError", "DslTypeError",
+        "DslValueError",
         "Env", "Evaluation", "IncompleteInput", "Interpreter", "Keyword", "LimitExceeded", "Limits", "Node",
         "Symbol", "Tool", "ToolError", "UnboundName", "WorkspaceContext", "evaluate", "read",
         "special_form", "to_source", "Atom", "SexpProgram", "compile",

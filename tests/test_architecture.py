@@ -1,0 +1,240 @@
+"""The house as data, checked: the layering drawn in docs/architecture.md holds for every import of every
+module (imports inside functions included), there is no import cycle, every public module says what it
+exports, and the runtime and the patterns keep their functions short."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+import loops
+import loops.errors as errors
+from loops.sexp.errors import DslError
+
+ROOT = Path(__file__).resolve().parents[1]
+# Each top-level folder installs under the one `loops` namespace (pyproject.toml's package-dir).
+FOLDERS = {"loops": "loops", "signatures": "loops.signatures", "sexp": "loops.sexp", "optimize": "loops.optimize"}
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the library, by its import name."""
+    found = {}
+    for folder, package in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = [part for part in path.relative_to(ROOT / folder).with_suffix("").parts if part != "__init__"]
+            found[".".join([package, *parts])] = path
+    return found
+
+
+MODULES = modules()
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The nodes under `if TYPE_CHECKING:`: annotations for a type checker, never run."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(inner) for child in node.body for inner in ast.walk(child))
+    return skipped
+
+
+def imports_of(name: str, source: str, known: set[str]) -> set[str]:
+    """The library's modules that the module `name` imports anywhere in `source`, by their import names."""
+    tree = ast.parse(source)
+    skipped = _type_checking_only(tree)
+    is_package = name in known and MODULES.get(name, Path()).name == "__init__.py"
+    targets = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                base = ".".join([*package[:len(package) - node.level + 1], *([base] if base else [])])
+            targets.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names)
+    found = set()
+    for target in targets:
+        while target and target not in known:  # `from loops.x import y` where y is a name in loops.x
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.add(target)
+    return found
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    known = set(sources)
+    return {name: imports_of(name, source, known) for name, source in sources.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of `graph`: its strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def declared_layers() -> list[list[str]]:
+    """The layers of docs/architecture.md's `layers` block, bottom first: each a list of module patterns."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = re.search(r"```layers\n(.*?)```", page, re.S)
+    assert block, "docs/architecture.md has no ```layers block"
+    return [line.split() for line in reversed(block.group(1).strip().splitlines())]
+
+
+def layer_of(module: str, layers: list[list[str]]) -> int:
+    matches = [number for number, patterns in enumerate(layers)
+               if any(fnmatch.fnmatchcase(module, pattern) for pattern in patterns)]
+    assert len(matches) == 1, f"{module} is placed in {len(matches)} layers of docs/architecture.md, not one"
+    return matches[0]
+
+
+def layering_violations(graph: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
+    return [f"{module} (layer {layer_of(module, layers)}) imports {imported} (layer {layer_of(imported, layers)})"
+            for module, imported_modules in sorted(graph.items()) for imported in sorted(imported_modules)
+            if layer_of(imported, layers) > layer_of(module, layers)]
+
+
+SOURCES = {name: path.read_text(encoding="utf-8") for name, path in MODULES.items()}
+GRAPH = import_graph(SOURCES)
+
+
+def test_the_import_graph_has_no_cycle():
+    assert cycles(GRAPH) == []
+
+
+def test_every_import_points_down_the_declared_layers():
+    assert layering_violations(GRAPH, declared_layers()) == []
+
+
+def test_every_module_has_a_place_in_the_layers():
+    layers = declared_layers()
+    for module in MODULES:
+        layer_of(module, layers)
+
+
+@pytest.mark.parametrize(("module", "source"), [
+    # Today's layout with each of the cycles the house removed put back, one at a time.
+    ("loops.context", "from loops.runtime import Run\n"),
+    ("loops.lm.embedded", "def f():\n    from loops.runtime import current_run\n"),
+    ("loops.runtime", "def f():\n    from loops.notebook import step_html\n"),
+    ("loops.signatures.results", "def f():\n    from loops.errors import DecisionError\n"),
+    ("loops.cli.options", "from loops.cli import app\n"),
+])
+def test_the_checks_fail_when_a_removed_import_is_put_back(module, source):
+    sources = {**SOURCES, module: SOURCES[module] + "\n" + source}
+    graph = import_graph(sources)
+    assert cycles(graph) or layering_violations(graph, declared_layers())
+
+
+def test_a_cycle_through_a_function_level_import_is_found():
+    graph = import_graph({"a": "import b\n", "b": "def f():\n    import a\n",
+                          "c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\n"})
+    assert cycles(graph) == [["a", "b"]]
+    assert graph["c"] == set()  # annotations only: never imported at run time
+
+
+# --- what each module exports --------------------------------------------------------------------------
+
+
+PUBLIC = sorted(name for name in MODULES if not any(part.startswith("_") for part in name.split(".")))
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_every_public_module_says_what_it_exports(name):
+    module = importlib.import_module(name)
+    exported = getattr(module, "__all__", None)
+    assert exported is not None, f"{name} has no __all__"
+    missing = [item for item in exported if not hasattr(module, item)]
+    assert not missing, f"{name}.__all__ names {missing}, which it does not define"
+
+
+def readme_imports() -> list[tuple[str, str]]:
+    """(module, name) of every `from loops... import name` and `loops.module.name` in the README, the docs and
+    the benchmarks' README, code and prose alike."""
+    found = []
+    for page in [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in [page.read_text(encoding="utf-8")]:
+            for module, names in re.findall(r"from (loops(?:\.\w+)*) import ([\w, ]+)", block):
+                found += [(module, name.strip()) for name in names.split(",") if name.strip()]
+            for dotted in re.findall(r"(?<![\w.])loops(?:\.\w+)+", block):
+                parts = dotted.split(".")
+                module = max((".".join(parts[:end]) for end in range(1, len(parts))
+                              if ".".join(parts[:end]) in MODULES), key=len)
+                rest = parts[len(module.split(".")):]
+                if rest and f"{module}.{rest[0]}" not in MODULES:
+                    found.append((module, rest[0]))
+    return sorted(set(found))
+
+
+def test_the_readme_and_the_docs_use_only_what_the_modules_export():
+    names = readme_imports()
+    assert ("loops", "CreatorCriticIterator") in names and ("loops.lm", "local_lm") in names
+    unexported = [(module, name) for module, name in names if name not in importlib.import_module(module).__all__]
+    assert not unexported, f"the README or docs use names their modules do not export: {unexported}"
+
+
+# --- the error tree ---------------------------------------------------------------------------------------
+
+
+def test_every_error_the_library_raises_is_drawn_in_the_tree():
+    drawn = set(re.findall(r"^\s*(?:[│ ]*[├└]── )?(\w+(?:Error|Reached|Passed|Divergence|Failed))\b", errors.__doc__,
+                           re.M))
+    defined = {name for name, value in vars(errors).items() if isinstance(value, type) and issubclass(value, Exception)}
+    assert defined | {"DslError"} == drawn
+    assert issubclass(errors.DeadlinePassed, errors.LimitReached) and issubclass(errors.DeadlinePassed, TimeoutError)
+    assert issubclass(errors.ReplayDivergence, errors.ConfigurationError)
+    assert issubclass(DslError, errors.LoopsError) and "DslError" in drawn
+    raised = set()
+    for source in SOURCES.values():
+        raised.update(re.findall(r"raise (\w+(?:Error|Reached|Passed|Divergence|Failed|Exceeded|Input|Name))\(",
+                                 source))
+    library = {name for name in raised if hasattr(loops.errors, name) or hasattr(loops.sexp, name)}
+    assert library <= drawn | set(loops.sexp.__all__)
+
+
+# --- short functions where the loop's logic lives -------------------------------------------------------------
+
+LONG_FUNCTION_LINES = 60
+WATCHED = ["loops.runtime", "loops.module", "loops.creator_critic", "loops.director", "loops.execute_validate"]
+
+
+@pytest.mark.parametrize("name", WATCHED)
+def test_no_function_of_the_runtime_or_a_pattern_is_long(name):
+    tree = ast.parse(SOURCES[name])
+    long = [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno - node.lineno + 1 > LONG_FUNCTION_LINES]
+    assert not long, f"{name}: {long}"
