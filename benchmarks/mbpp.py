@@ -7,6 +7,12 @@ already holds `test_solution.py` (one pytest test per assert) and validates with
     .venv/bin/python -m benchmarks.mbpp --configs single --out /tmp/mbpp-single.jsonl
     .venv/bin/python -m benchmarks.mbpp --limit 3 --configs single,repair --out /tmp/mbpp-quick.jsonl
     .venv/bin/python -m benchmarks.mbpp --summarize /tmp/mbpp-single.jsonl /tmp/mbpp-repair.jsonl
+    .venv/bin/python -m benchmarks.mbpp --configs file:/tmp/fix.draws.json --out /tmp/mbpp-draws.jsonl
+
+A pass whose code only returns the tested values (`if n == 10: return 16796`:
+`loops.code.hardcoded_asserts`) is not counted as solved: its record says `hardcoded` (the asserts so
+answered) and the summary counts such passes apart. `file:PATH` runs a saved program (`loops.load`,
+e.g. the `draws` optimizer's) with the benchmark's workspace, validator and budget.
 
 Records are appended to `--out` as JSON lines and flushed after every task, so a partial run can be
 summarised; `--resume` skips the (config, task) pairs already in `--out`. See benchmarks/README.md.
@@ -31,7 +37,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO_ROOT / ".." / "shared" / "data" / "mbpp" / "sanitized-mbpp-dev.jsonl"
 TEST_FILE = MBPP_TEST_FILE
 TEST_COMMAND = MBPP_TEST_COMMAND
-TEST_TIMEOUT_S = 10
+# Generous: on a loaded machine a tight limit would fail code that passes (a timeout depends on load).
+TEST_TIMEOUT_S = 30
 # solution.py is rewritten within seconds; .pyc files are validated by whole-second mtime and size,
 # so a stale cache could otherwise be imported. Keep the workspaces free of bytecode.
 TEST_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
@@ -71,6 +78,8 @@ PASSK_TEMPERATURE = 0.7
 
 
 def config_options(config: str) -> dict[str, Any]:
+    if config.startswith("file:"):
+        return {}
     tuned = _TUNED.match(config)
     if tuned:
         return {"samples": int(tuned.group(1)), "max_iterations": int(tuned.group(2))}
@@ -183,6 +192,12 @@ def make_module(config: str, workspace: Any, validator: Any, task_timeout_s: flo
     iterations = options.pop("max_iterations", None) or code_loop_defaults(dspy.settings.lm).max_iterations
     # Budget's default timeout_s (300 s) would make the result depend on how busy the machine is:
     # by default a task gets all its iterations, however long they take (max_tokens bounds each call).
+    if config.startswith("file:"):
+        from loops import load
+
+        saved = load(config.removeprefix("file:"), workspace=workspace, validator=validator)
+        saved.budget = saved.budget.override(timeout_s=task_timeout_s)
+        return saved
     return ExecuteValidateController(workspace=workspace, validator=validator,
                                      budget=Budget(max_iterations=iterations, timeout_s=task_timeout_s), **options)
 
@@ -193,7 +208,7 @@ def first_answers(task: dict[str, Any], calls: list[tuple[dict[str, Any], Any]])
     import dspy
 
     from loops import Workspace
-    from loops.code import align_names, extract_code, read_interface
+    from loops.code import align_names, extract_code, hardcoded_asserts, read_interface
     from loops.execute_validate import PLAIN_TEXT
     from loops.signatures.execute_validate import ExecutorSignature
     from loops.signatures.results import CodeRequest
@@ -211,7 +226,10 @@ def first_answers(task: dict[str, Any], calls: list[tuple[dict[str, Any], Any]])
                               history=dspy.History(messages=[]), config=dict(config or {}), demos=list(demos or ()))
         code, aliases = align_names(extract_code(answer.code or ""), request.expected_names)
         check = check_code(code, task)
-        answers.append({"passed": check.ok, "category": failure_category(check), "aliases": aliases, "code": code})
+        hardcoded = hardcoded_asserts(code, build_test_file(task)) if check.ok else []
+        answers.append({"passed": check.ok and not hardcoded, "hardcoded": hardcoded,
+                        "category": "hardcoded" if hardcoded else failure_category(check), "aliases": aliases,
+                        "code": code})
     return request, answers
 
 
@@ -273,7 +291,7 @@ def passk_curve(records: list[dict[str, Any]]) -> dict[int, float]:
 
 def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = None) -> dict[str, Any]:
     from loops import PytestValidator, Workspace
-    from loops.code import extract_code
+    from loops.code import code_of, extract_code, hardcoded_asserts
 
     with Workspace() as workspace:
         workspace.write({TEST_FILE: build_test_file(task)})
@@ -288,6 +306,7 @@ def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = N
     validated = [entry for entry in attempts if "_validation" in entry]
     last = validated[-1]["_validation"] if validated else None
     first_pass = next((entry["iteration"] for entry in validated if entry["ok"]), None)
+    hardcoded = hardcoded_asserts(code_of(result.final), build_test_file(task)) if result.success else []
     calls_by_role: Counter[str] = Counter()
     tokens_by_role: dict[str, Counter[str]] = {}
     for step in result.trace:
@@ -299,7 +318,8 @@ def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = N
         "task_id": task["task_id"],
         "settings": settings,
         "candidates": sum(1 for entry in attempts if "raw_code" in entry),
-        "passed": bool(result.success),
+        "passed": bool(result.success) and not hardcoded,
+        "hardcoded": hardcoded,
         "iterations": result.iterations,
         "stop_reason": result.stop_reason,
         "lm_calls": result.lm_calls,
@@ -307,7 +327,7 @@ def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = N
         "tokens_by_role": {role: dict(tokens) for role, tokens in tokens_by_role.items()},
         "seconds": round(seconds, 2),
         "first_pass_iteration": first_pass,
-        "failure_category": None if result.success else failure_category(last),
+        "failure_category": ("hardcoded" if hardcoded else None) if result.success else failure_category(last),
         "failure_kinds": failure_kinds(last) if last is not None and not last.ok else [],
         "distinct_codes": len({entry.get("code") for entry in attempts if "code" in entry}),
         "warnings": list(result.warnings),
@@ -372,7 +392,8 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "first_raw_passed": sum(1 for record in mine if record.get("first_raw_passed")),
             "first_extracted_passed": sum(1 for record in mine if record.get("first_extracted_passed")),
             "harness_errors": sum(1 for record in mine if record.get("harness_error")),
-            "failures": {category: failures[category] for category in (*CATEGORIES, "no_attempt", "harness_error")
+            "hardcoded": sorted(record["task_id"] for record in mine if record.get("hardcoded")),
+            "failures": {category: failures[category] for category in (*CATEGORIES, "hardcoded", "no_attempt", "harness_error")
                          if failures[category]},
         })
     return rows
@@ -385,7 +406,7 @@ def _label(record: dict[str, Any]) -> str:
 
 def print_summary(rows: list[dict[str, Any]], expected: int | None = None) -> None:
     headers = ["config", "tasks", "passed", "pass rate", "LM calls", "loop time", "gained it.2-4",
-               "1st raw/extracted pass", "failure categories (final attempt)"]
+               "1st raw/extracted pass", "hard-coded passes (not counted)", "failure categories (final attempt)"]
     table_rows = []
     for row in rows:
         tasks = f"{row['tasks']}" + (f"/{expected} (partial)" if expected and row["tasks"] < expected else "")
@@ -393,6 +414,7 @@ def print_summary(rows: list[dict[str, Any]], expected: int | None = None) -> No
             row["config"], tasks, str(row["passed"]), f"{row['pass_rate']:.1%}", str(row["lm_calls"]),
             f"{row['seconds']:.0f}s", str(row["gained_after_first"]),
             f"{row['first_raw_passed']}/{row['first_extracted_passed']}",
+            " ".join(map(str, row["hardcoded"])) or "none",
             ", ".join(f"{name} {count}" for name, count in row["failures"].items()),
         ])
     try:
@@ -421,10 +443,11 @@ def run(args: argparse.Namespace) -> None:
 
     configs = [name.strip() for name in args.configs.split(",") if name.strip()]
     unknown = [name for name in configs
-               if name not in ("passk", "candidates") and name not in CONFIGS and not _TUNED.match(name)]
+               if name not in ("passk", "candidates") and name not in CONFIGS and not _TUNED.match(name)
+               and not name.startswith("file:")]
     if unknown:
-        sys.exit(f"unknown config(s) {unknown}; choose from {', '.join(CONFIGS)}, passk, candidates or sNiM "
-                 "(the embedded defaults with samples=N, max_iterations=M, e.g. s5i2)")
+        sys.exit(f"unknown config(s) {unknown}; choose from {', '.join(CONFIGS)}, passk, candidates, sNiM "
+                 "(the embedded defaults with samples=N, max_iterations=M, e.g. s5i2) or file:PATH (a saved program)")
     task_ids = {int(value) for value in args.task_ids.split(",")} if args.task_ids else None
     tasks = load_tasks(args.data, args.split, args.limit, task_ids)
     done = ({(record["config"], record["task_id"]) for record in read_records([args.out])

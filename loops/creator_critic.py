@@ -9,6 +9,10 @@ Phase contracts (`loops.contracts.CREATOR_CRITIC`)::
 Iteration 1 is the creator's draft and its review; each further iteration is a revision and its
 review. Each phase may be the built-in LLM role, any `dspy.Module` or a plain (sync or async)
 callable; a custom phase's value reaches the next phase unchanged.
+
+Under the built-in critic lies a programmatic floor (`loops.junk.is_junk`): junk (an empty draft, the
+requirements read back, a placeholder such as "Your original content", no letters at all) is never
+approved, whatever the LLM says; an empty draft is not even shown to it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import dspy
 
 from loops.contracts import CREATOR_CRITIC, verdict_approved, verdict_feedback
 from loops.errors import ConfigurationError
+from loops.junk import is_junk
 from loops.module import LoopModule
 from loops.runtime import RoleCalls, Run
 from loops.signatures.creator_critic import CRITERIA, CreatorSignature, CriticSignature, IteratorSignature
@@ -34,7 +39,9 @@ class CreatorCriticIterator(LoopModule):
     `final` (alias `final_draft`) is the approved draft, or else the draft the critic judged best
     (ties: the latest); `success` (alias `approved`) is the critic's verdict on that very draft. The
     built-in critic approves only when it says `approved` *and* passes all three criteria; a verdict
-    that contradicts itself counts as not approved and is noted on its trace step.
+    that contradicts itself counts as not approved and is noted on its trace step. Nor does it ever
+    approve junk (`loops.junk.is_junk`): that is noted on its step and in the warnings, and its feedback
+    says what is wrong; an empty draft is rejected without asking the LLM.
     """
 
     contracts = CREATOR_CRITIC
@@ -92,7 +99,14 @@ class CreatorCriticIterator(LoopModule):
         if "critic" not in self._builtin:
             return (yield from run.call_phase("critic", requirements=requirements, draft=draft,
                                               iteration=run.iteration))
+        junk = is_junk(requirements, draft)
+        if junk == "empty":  # nothing to judge: the floor answers alone
+            verdict = yield from run.call_phase("critic", _rejecting(junk), requirements=requirements, draft=draft,
+                                                iteration=run.iteration)
+            return _floored(run, verdict, junk, asked=False)
         verdict = yield from run.call("critic", requirements=requirements, draft=str(draft))
+        if junk:
+            return _floored(run, verdict, junk)
         failed = [name for name in CRITERIA if not verdict.get(f"{name}_passed")]
         if verdict.approved and failed:
             run.note(f"the critic approved but failed {', '.join(failed)}: not approved")
@@ -108,6 +122,24 @@ class CreatorCriticIterator(LoopModule):
         revised = yield from run.call("iterator", requirements=requirements, draft=str(draft),
                                       feedback=_feedback_for_iterator(verdict))
         return revised.improved_draft
+
+
+def _rejecting(junk: str) -> Any:
+    """The floor as a critic phase: every criterion failed."""
+    def floor(requirements: str, draft: Any, iteration: int) -> dspy.Prediction:
+        return dspy.Prediction(**{f"{name}_passed": False for name in CRITERIA}, approved=False, feedback="")
+    return floor
+
+
+def _floored(run: Run, verdict: Any, junk: str, asked: bool = True) -> dspy.Prediction:
+    """A verdict on a junk draft: not approved whatever the LLM said, the reason first in its feedback."""
+    said = ("the critic approved it" if verdict.get("approved") else "the critic agreed") if asked \
+        else "the critic was not asked"
+    run.note(f"junk ({junk}): not approved")
+    run.warn(f"iteration {run.iteration}: the draft is junk ({junk}): not approved ({said})")
+    feedback = f"The draft is not the content asked for ({junk}): write the content itself."
+    said_too = str(verdict.get("feedback") or "").strip()
+    return dspy.Prediction(**{**verdict, "approved": False, "feedback": f"{feedback} {said_too}".strip()})
 
 
 def _score(verdict: Any, approved: bool) -> tuple[int, int]:

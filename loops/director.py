@@ -10,6 +10,10 @@ Phase contracts (ADR `director-evaluator-loop`, `loops.contracts.DIRECTOR`)::
 Iterations are numbered from 1. Each phase may be the built-in LLM role, any `dspy.Module` or a
 plain callable (sync or async), which gets the contract's arguments positionally; a custom phase's
 value reaches the next phase unchanged.
+
+Under the built-in evaluator lies a programmatic floor (`loops.junk.is_junk`): junk (an empty result,
+the goal read back, a placeholder, no letters at all, such as `][`) never passes, whatever the LLM
+says; an empty result is not even shown to it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import dspy
 
 from loops.contracts import DIRECTOR, decision, outcome_passed
 from loops.errors import ConfigurationError, RoleFailed
+from loops.junk import is_junk
 from loops.module import LoopModule
 from loops.runtime import RoleCalls, Run
 from loops.signatures.director import (
@@ -41,7 +46,9 @@ class DirectorExecutorEvaluatorController(LoopModule):
     """Plan with a director, carry the plan out, evaluate the result, and let a controller decide.
 
     The built-in roles are LLMs; the built-in controller is one too, but an evaluator's PASS stops
-    the loop without asking it, and if it fails the loop continues with the evaluator's feedback.
+    the loop without asking it, and if it fails the loop continues with the evaluator's feedback. The
+    built-in evaluator never passes junk (`loops.junk.is_junk`): that is noted on its step and in the
+    warnings; an empty result fails without asking the LLM.
 
     `final` is the controller's stop value, or the last execution result; `success` whether the last
     evaluation passed; `best_attempt` the iteration, plan, result and feedback of the best one.
@@ -102,8 +109,14 @@ class DirectorExecutorEvaluatorController(LoopModule):
 
     def _evaluate(self, run: Run, goal: str, plan: Any, result: Any, iteration: int) -> RoleCalls:
         if "evaluator" in self._builtin:
+            junk = is_junk(goal, result)
+            if junk == "empty":  # nothing to judge: the floor answers alone
+                yield from run.call_phase("evaluator", _failing, execution_result=result, plan=plan,
+                                          iteration=iteration)
+                return _floored(run, None, junk)
             verdict = yield from run.call("evaluator", goal=goal, plan=_text(plan), result=_text(result))
-            return {"status": verdict.status, "feedback": verdict.feedback}
+            outcome = {"status": verdict.status, "feedback": verdict.feedback}
+            return _floored(run, outcome, junk) if junk else outcome
         return (yield from run.call_phase("evaluator", execution_result=result, plan=plan, iteration=iteration))
 
     def _decide(self, run: Run, goal: str, feedback: Any, plan: Any, result: Any, iteration: int) -> RoleCalls:
@@ -124,3 +137,19 @@ class DirectorExecutorEvaluatorController(LoopModule):
             return ControllerDecision.stop(result)
         next_input = (answer.next_input or "").strip() or _text(details)
         return ControllerDecision.proceed(f"{goal}\n\nNext: {next_input}")
+
+
+def _failing(execution_result: Any, plan: Any, iteration: int) -> dict[str, str]:
+    """The floor as an evaluator phase: FAIL."""
+    return {"status": "FAIL", "feedback": ""}
+
+
+def _floored(run: Run, outcome: dict[str, Any] | None, junk: str) -> dict[str, Any]:
+    """An evaluation of a junk result: FAIL whatever the LLM said, the reason first in its feedback."""
+    said = "the evaluator was not asked" if outcome is None else \
+        f"the evaluator said {outcome['status']}"
+    run.note(f"junk ({junk}): FAIL")
+    run.warn(f"iteration {run.iteration}: the result is junk ({junk}): not passed ({said})")
+    said_too = "" if outcome is None else str(outcome.get("feedback") or "").strip()
+    return {"status": "FAIL",
+            "feedback": f"The result is not what the goal asks for ({junk}): produce it. {said_too}".strip()}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
@@ -110,7 +110,9 @@ class ExecuteValidateController(LoopModule):
     With `penalty_variants=True` greedy candidates are decoded with other penalties than the embedded
     engine's repeat penalty (none, then a light frequency penalty; at most `PENALIZED_MAX_TOKENS`, as the
     small model otherwise loops to its limit): other decoding, other answers, which pass other tasks.
-    `GREEDY_DRAWS` is the order (`loops.code.draws`).
+    `GREEDY_DRAWS` is the order (`loops.code.draws`). `draws=[Draw(...), ...]` gives the candidates
+    themselves instead, in order (what the `draws` optimizer of `loops.optimize` chooses on train data;
+    saved with the program), and replaces `samples`, `examples` and `penalty_variants`.
 
     Left unset, `policy`, `samples`, `examples`, `penalty_variants` and `analyst` follow the model that
     runs (`loops.code.code_loop_defaults`, decided at call time from the executor's or the analyst's own
@@ -143,6 +145,7 @@ class ExecuteValidateController(LoopModule):
         samples: int | None = None,
         examples: bool | None = None,
         penalty_variants: bool | None = None,
+        draws: Sequence[Draw] | None = None,
         analyst: bool | None = None,
         validator_timeout_s: float = 60.0,
         executor_adapter: dspy.Adapter | None = PLAIN_TEXT,
@@ -157,6 +160,7 @@ class ExecuteValidateController(LoopModule):
         for name, choice in (("examples", examples), ("penalty_variants", penalty_variants), ("analyst", analyst)):
             if choice not in (None, True, False):
                 raise ConfigurationError(f"{name} must be True, False or None (by model), got {choice!r}")
+        self.draws = _checked_draws(draws, samples=samples, examples=examples, penalty_variants=penalty_variants)
         if analyst and controller is not None:
             raise ConfigurationError("analyst=True is the built-in controller's option; a custom controller "
                                      "was given, so no analyst would run: drop one of them")
@@ -173,6 +177,9 @@ class ExecuteValidateController(LoopModule):
         self.executor_adapter = executor_adapter
         self._shell = ShellValidator(timeout_s=validator_timeout_s)  # checks commands; runs in each run's workspace
         self._builtin_executor = self._set_phase("executor", executor, lambda: dspy.Predict(ExecutorSignature))
+        if self.draws is not None and not self._builtin_executor:
+            raise ConfigurationError("draws are the built-in executor's candidates; a custom executor was given, "
+                                     "which draws one candidate: drop one of them")
         self._builtin_controller = controller is None
         if controller is not None:
             self._set_phase("controller", controller, lambda: dspy.Predict(IterationAnalystSignature))
@@ -197,10 +204,35 @@ class ExecuteValidateController(LoopModule):
         defaults = code_loop_defaults(self._lm_of("executor"))
         analyst = "analyst" in self._llm_roles and (self._analyst if self._analyst is not None
                                                     else code_loop_defaults(self._lm_of("analyst")).analyst)
+        if self.draws is not None:
+            return {"policy": self.policy or defaults.policy, "samples": len(self.draws),
+                    "examples": any(draw.examples for draw in self.draws),
+                    "penalty_variants": any(draw.frequency_penalty is not None for draw in self.draws),
+                    "analyst": analyst, "draws": self.draws}
         examples = self.examples if self.examples is not None else defaults.examples
         penalty_variants = self.penalty_variants if self.penalty_variants is not None else defaults.penalty_variants
         return {"policy": self.policy or defaults.policy, "samples": self.samples or defaults.samples,
-                "examples": examples, "penalty_variants": penalty_variants, "analyst": analyst}
+                "examples": examples, "penalty_variants": penalty_variants, "analyst": analyst,
+                "draws": draws(self.samples or defaults.samples, examples, penalty_variants)}
+
+    @property
+    def builtin_executor(self) -> bool:
+        """Whether the executor is the built-in LLM role, which draws the candidates (a custom one draws one)."""
+        return self._builtin_executor
+
+    def with_draws(self, draws: Sequence[Draw]) -> ExecuteValidateController:
+        """A copy of this loop (its roles' demos, instructions and LMs included) that draws `draws`, in
+        order, instead of what `samples`, `examples` and `penalty_variants` gave; saved with it."""
+        chosen = _checked_draws(draws)
+        if not self._builtin_executor:
+            raise ConfigurationError("draws are the built-in executor's candidates; this loop has a custom executor, "
+                                     "which draws one candidate")
+        program = self.deepcopy()
+        program.draws, program.samples, program.examples, program.penalty_variants = chosen, None, None, None
+        arguments = {name: value for name, value in self._arguments.items()
+                     if name not in ("samples", "examples", "penalty_variants")}
+        program._arguments = {**arguments, "draws": chosen}
+        return program
 
     def _lm_of(self, role: str) -> Any:
         predictor, _ = predictor_of(getattr(self, role, None))
@@ -232,8 +264,7 @@ class ExecuteValidateController(LoopModule):
 
     def _loop(self, run: Run, initial_input: Any, test_command: str) -> RoleCalls:
         settings = self.settings()
-        samples = settings["samples"] if self._builtin_executor else 1
-        chains = _Chains(draws(samples, settings["examples"], settings["penalty_variants"]), settings["policy"])
+        chains = _Chains(settings["draws"] if self._builtin_executor else (Draw(),), settings["policy"])
         with self._run_workspace() as workspace:
             validator = self.validator or self._builtin_validator(run, workspace)
             current = self._first_input(workspace, initial_input, test_command)
@@ -393,3 +424,17 @@ class ExecuteValidateController(LoopModule):
         analysis = StructuredAnalysisResult(success=False, analysis=answer.analysis or "",
                                             next_input=(answer.next_input or "").strip() or digest)
         return analysis.next_input
+
+
+def _checked_draws(draws: Sequence[Draw] | None, **replaced: Any) -> tuple[Draw, ...] | None:
+    """`draws` as a tuple, once it is a non-empty sequence of `Draw`s given without the options it replaces."""
+    if draws is None:
+        return None
+    if isinstance(draws, Draw) or not isinstance(draws, Sequence) or not draws \
+            or not all(isinstance(draw, Draw) for draw in draws):
+        raise ConfigurationError(f"draws must be a non-empty list of loops.code.Draw, got {draws!r:.200}")
+    given = [name for name, value in replaced.items() if value is not None]
+    if given:
+        raise ConfigurationError(f"draws= gives the candidates themselves; {', '.join(given)} would choose them "
+                                 "too: drop one of them")
+    return tuple(draws)

@@ -19,24 +19,28 @@ A metric is called three ways, and answers each as its caller expects:
   `dspy.Prediction(score=..., feedback=...)`, the feedback drawn from what the loop itself learnt —
   the critic's feedback, the failing tests' digest, the evaluator's feedback — plus its stop reason.
 
-`fewer_calls(metric, weight)` makes any of them also reward runs that used fewer LM calls.
+`fewer_calls(metric, weight)` makes any of them also reward runs that used fewer LM calls;
+`honest(metric)` scores 0 a code run whose final code only returns the tested values.
 """
 
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import dspy
 
-from loops.code.python import failure_digest
+from loops.code.controller import code_of
+from loops.code.python import failure_digest, hardcoded_asserts
 from loops.contracts import field_of, outcome_passed
 from loops.signatures.creator_critic import CRITERIA
 from loops.signatures.results import ValidationResult
 from loops.validators import parse_pytest_counts
 
-__all__ = ["creator_critic_metric", "director_metric", "execute_validate_metric", "fewer_calls", "result_metric"]
+__all__ = ["creator_critic_metric", "director_metric", "execute_validate_metric", "fewer_calls", "honest",
+           "result_metric"]
 
 # An unapproved draft scores at most this, however many criteria it passed: only approval is 1.0.
 PARTIAL_CEILING = 0.9
@@ -148,3 +152,38 @@ def fewer_calls(metric: Callable[..., Any], weight: float = 0.1, calls_for_nothi
 
     cheaper.__name__ = cheaper.__qualname__ = f"{getattr(metric, '__name__', 'metric')}_fewer_calls"
     return cheaper
+
+
+def honest(metric: Callable[..., Any]) -> Callable[..., Any]:
+    """`metric`, except that a code run whose final code answers the example's tests with their expected
+    values (`loops.code.hardcoded_asserts`: `if n == 10: return 16796`) scores 0: the tests pass, the
+    task is not solved. The tests are read from the example's `initial_input` `workspace_files`
+    (MBPP examples carry theirs) and its `test_command`."""
+
+    def checked(example: Any, prediction: Any, trace: Any = None, pred_name: str | None = None,
+                pred_trace: Any = None) -> Any:
+        hardcoded = _hardcoded(example, prediction)
+        if pred_name is None and pred_trace is None:
+            value = metric(example, prediction, trace) if trace is not None else metric(example, prediction)
+            return (False if trace is not None else 0.0) if hardcoded else value
+        value = metric(example, prediction, trace, pred_name, pred_trace)
+        if not hardcoded:
+            return value
+        return dspy.Prediction(score=0.0, feedback=f"The code returns the tested values instead of computing them "
+                                                   f"({'; '.join(hardcoded)}): write the general solution.")
+
+    checked.__name__ = checked.__qualname__ = f"honest_{getattr(metric, '__name__', 'metric')}"
+    return checked
+
+
+def _hardcoded(example: Any, prediction: Any) -> list[str]:
+    code = code_of(field_of(prediction, "final"))
+    if not code:
+        return []
+    task = field_of(example, "initial_input")
+    files = field_of(task, "workspace_files") if isinstance(task, Mapping) else None
+    sources = [text for text in (files or {}).values() if isinstance(text, str)]
+    command = field_of(example, "test_command")
+    words = shlex.split(command) if isinstance(command, str) else []
+    sources += [program for flag, program in zip(words, words[1:], strict=False) if flag == "-c"]  # python -c '...'
+    return [found for source in sources for found in hardcoded_asserts(code, source)]

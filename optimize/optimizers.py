@@ -1,4 +1,5 @@
-"""The five DSPy optimizers `loops.optimize.run` knows, by name, with settings sized for loops.
+"""The optimizers `loops.optimize.run` knows, by name, with settings sized for loops: DSPy's five, and
+this library's `draws` (the code loop's candidates chosen on train data, `loops.optimize.draws`).
 
 Every metric call of an optimizer runs a whole loop (several LM calls), so the defaults are small:
 a few demos, a few candidates, a few trials. Any option is passed through to the optimizer's
@@ -8,6 +9,7 @@ and docs/optimize.md.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import inspect
 from collections.abc import Callable, Sequence
@@ -18,18 +20,18 @@ import dspy
 
 from loops.errors import ConfigurationError, MissingDependencyError
 
-__all__ = ["OPTIMIZERS", "Optimizer", "build", "check"]
+__all__ = ["OPTIMIZERS", "Optimizer", "build", "check", "check_program"]
 
 _EXTRA_HINT = "pip install 'loops[optimize]'"
 
 
 @dataclass(frozen=True)
 class Optimizer:
-    """One optimizer: its DSPy class, the modules it needs, its defaults (constructor and compile), and
+    """One optimizer: its class, the modules it needs, its defaults (constructor and compile), and
     whether it calls the metric GEPA's way (five arguments, text feedback)."""
 
     name: str
-    teleprompter: str  # the class's name in dspy.teleprompt
+    teleprompter: str  # the class's name in dspy.teleprompt, or `module:Class` for one of ours
     needs: tuple[str, ...] = ()
     settings: dict[str, Any] = field(default_factory=dict)
     compile_settings: dict[str, Any] = field(default_factory=dict)
@@ -63,7 +65,18 @@ OPTIMIZERS: dict[str, Optimizer] = {optimizer.name: optimizer for optimizer in (
               settings={"bsize": 8, "num_candidates": 4, "max_steps": 2, "num_threads": 1},
               uses_valset=False,
               summary="samples mini-batches, compares good and bad runs, and adds rules or demos to the roles"),
+    Optimizer("draws", "loops.optimize.draws:DrawsOptimizer", settings={"max_draws": 5}, uses_valset=False,
+              summary="the code loop only: tries each kind of candidate (prompt variants, penalties, seeded samples) "
+                      "once per train example and keeps, in order, those that pass the most examples not yet "
+                      "passed"),
 )}
+
+# A proposer that small does not finish: MIPROv2 asked the embedded model for instructions for 17 minutes.
+_MIPRO_ON_SMALL_MODEL = (
+    "the mipro optimizer asks the LM to propose each role's instructions, which the embedded 135M model does not "
+    "finish (it ran 17 minutes without one proposal): use bootstrap, random-search or simba (or draws for fix), "
+    "or give mipro a capable model to propose with: prompt_model=dspy.LM(...) (a model string on the command "
+    "line: --option prompt_model=openai/gpt-4o-mini)")
 
 
 def check(name: str, metric: Callable[..., Any]) -> Optimizer:
@@ -97,7 +110,7 @@ def build(name: str, metric: Callable[..., Any], trainset: Sequence[dspy.Example
     the settings it was built with. `options` overrides the defaults; an option is a constructor
     argument if the constructor takes it, else a `compile` argument."""
     optimizer = check(name, metric)
-    cls = getattr(dspy.teleprompt, optimizer.teleprompter)
+    cls = _teleprompter_class(optimizer.teleprompter)
     accepted = inspect.signature(cls.__init__).parameters
     compile_accepted = inspect.signature(cls.compile).parameters
     settings = {**optimizer.settings}
@@ -119,11 +132,39 @@ def build(name: str, metric: Callable[..., Any], trainset: Sequence[dspy.Example
     if name == "gepa" and sum(settings.get(key) is not None for key in ("auto", "max_metric_calls",
                                                                           "max_full_evals")) > 1:
         settings.pop("max_metric_calls", None)
+    if name == "mipro":
+        settings["prompt_model"] = _proposer(settings.get("prompt_model"))
     if name == "mipro" and settings.get("auto") is not None:
         compile_settings.pop("num_trials", None)
         settings.pop("num_candidates", None)
     teleprompter = cls(metric=metric, **settings)
-    shown = {key: (getattr(value, "model", None) or type(value).__name__) if key.endswith("_lm") else value
-             for key, value in settings.items()}
+    shown = {key: (getattr(value, "model", None) or type(value).__name__)
+             if key.endswith(("_lm", "_model")) and value is not None else value for key, value in settings.items()}
     return teleprompter, compile_settings, {"optimizer": name, "class": optimizer.teleprompter, **shown,
                                             **compile_settings}
+
+
+def check_program(name: str, program: Any) -> None:
+    """A program the optimizer called `name` cannot optimize raises here, before any LM call."""
+    if name == "draws":
+        from loops.optimize.draws import check_student
+
+        check_student(program)
+
+
+def _teleprompter_class(path: str) -> type:
+    if ":" not in path:
+        return getattr(dspy.teleprompt, path)
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _proposer(prompt_model: Any) -> Any:
+    """The LM MIPROv2 proposes instructions with (a model string is resolved); the embedded model is refused."""
+    from loops.lm import is_embedded, resolve
+
+    if isinstance(prompt_model, str):
+        prompt_model = resolve(prompt_model)
+    if is_embedded(prompt_model if prompt_model is not None else dspy.settings.lm):
+        raise ConfigurationError(_MIPRO_ON_SMALL_MODEL)
+    return prompt_model

@@ -1,8 +1,12 @@
 """`loops.optimize.run`: score a loop program, optimize it, score it again, save it with a report.
 
-    report = loops.optimize.run(ExecuteValidateController(), trainset, valset, optimizer="bootstrap",
-                                out="fix.optimized.json")
-    report.before.score, report.after.score, report.lm_calls, report.seconds
+    program, report = loops.optimize.run(ExecuteValidateController(), trainset, valset, optimizer="bootstrap",
+                                         out="fix.optimized.json")
+    report.before.score, report.after.score, report.kept, report.lm_calls, report.seconds
+
+Never a regression: the program handed back (and saved) is the better of the two on the validation
+set, the baseline on a tie (`report.kept` says which, and so does the console); `keep="optimized"`
+keeps the optimizer's program whatever it scored.
 
 Each stage (score before, optimize, score after) counts the LM calls and tokens it spent and its
 wall time; a rich progress display shows the loop runs as they finish. The saved file is a loop
@@ -31,9 +35,11 @@ from loops.director import DirectorExecutorEvaluatorController
 from loops.errors import ConfigurationError
 from loops.execute_validate import ExecuteValidateController
 from loops.optimize.metrics import creator_critic_metric, director_metric, execute_validate_metric, result_metric
-from loops.optimize.optimizers import OPTIMIZERS, build, check
+from loops.optimize.optimizers import OPTIMIZERS, build, check, check_program
 
-__all__ = ["Report", "Score", "Stage", "default_metric", "evaluate", "run", "save"]
+__all__ = ["KEEP", "Report", "Score", "Stage", "default_metric", "evaluate", "run", "save"]
+
+KEEP = ("better", "optimized")
 
 
 class Score(BaseModel):
@@ -55,8 +61,9 @@ class Stage(BaseModel):
 
 
 class Report(BaseModel):
-    """What `run` did: scores before and after, what each stage spent, the optimizer's settings, the
-    program's configuration (class, arguments, budget, phases, DSL source) and what changed in it."""
+    """What `run` did: scores before and after, which program it kept (`baseline` or `optimized`), what
+    each stage spent, the optimizer's settings and findings, the program's configuration (class,
+    arguments, budget, phases, DSL source) and what changed in it."""
 
     optimizer: dict[str, Any]
     metric: str
@@ -66,7 +73,9 @@ class Report(BaseModel):
     after: Score
     stages: dict[str, Stage]
     program: dict[str, Any]
-    changes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    kept: str = "optimized"
+    changes: dict[str, dict[str, Any]] = Field(default_factory=dict)  # what the optimizer changed, kept or not
+    findings: dict[str, Any] = Field(default_factory=dict)  # what the optimizer found (the draws optimizer's search)
     saved_to: str | None = None
 
     @property
@@ -83,13 +92,24 @@ class Report(BaseModel):
 
     def summary(self) -> str:
         lines = [f"{self.optimizer['optimizer']}: {self.metric} {self.before.score:.3f} -> {self.after.score:.3f}; "
-                 f"solved {self.before.solved} -> {self.after.solved} of {self.after.examples}"]
+                 f"solved {self.before.solved} -> {self.after.solved} of {self.after.examples}", self.verdict()]
         for name, stage in self.stages.items():
             lines.append(f"  {name}: {stage.loop_runs} loop runs, {stage.lm_calls} LM calls, {stage.tokens} tokens, "
                          f"{stage.seconds:.1f} s")
         for role, change in self.changes.items():
             lines.append(f"  {role}: {', '.join(f'{key} {value}' for key, value in change.items())}")
+        for name, value in self.findings.items():
+            lines.append(f"  {name}: {value}")
         return "\n".join(lines)
+
+    def verdict(self) -> str:
+        """Which program was kept, and why, in one line."""
+        scores = f"validation {self.metric} {self.after.score:.3f} optimized, {self.before.score:.3f} baseline"
+        if self.kept == "baseline":
+            return f"kept the baseline: the optimized program did not score higher ({scores})"
+        if self.after.score > self.before.score:
+            return f"kept the optimized program ({scores})"
+        return f"kept the optimized program, as asked, though it did not score higher ({scores})"
 
 
 def default_metric(program: Any) -> Callable[..., Any]:
@@ -107,18 +127,25 @@ def default_metric(program: Any) -> Callable[..., Any]:
 def run(program: dspy.Module, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example],
         metric: Callable[..., Any] | None = None, optimizer: str = "bootstrap", *,
         out: str | os.PathLike[str] | None = None, progress: bool = True, num_threads: int = 1,
-        **options: Any) -> tuple[dspy.Module, Report]:
+        keep: str = "better", **options: Any) -> tuple[dspy.Module, Report]:
     """Score `program` on `valset`, optimize it on `trainset` with `optimizer` (`bootstrap`,
-    `random-search`, `mipro`, `gepa`, `simba`; `options` go to the optimizer), score the result, and save
-    it to `out` if given. Returns the optimized program and the report.
+    `random-search`, `mipro`, `gepa`, `simba`, or `draws` for the code loop; `options` go to the
+    optimizer), score the result, and save it to `out` if given. Returns the program kept and the report.
+
+    `keep="better"` keeps the optimized program only if it scores higher on `valset` than `program`
+    did, else `program` itself (never a regression); `keep="optimized"` keeps the optimizer's program
+    whatever it scored. `report.kept` says which, and so does the console.
 
     `metric` defaults to the pattern's (`default_metric`). Everything that can be checked is checked
     before any LM call: the optimizer's name and dependencies, the metric's form, the sets, the LM."""
     metric = metric or default_metric(program)
     check(optimizer, metric)
+    if keep not in KEEP:
+        raise ConfigurationError(f"keep must be one of {', '.join(map(repr, KEEP))}, got {keep!r}")
     if not isinstance(program, dspy.Module):
         raise ConfigurationError(f"program must be a dspy.Module (a loop module or loops.sexp.compile(...)), got "
                                  f"{type(program).__name__}")
+    check_program(optimizer, program)
     for name, examples in (("trainset", trainset), ("valset", valset)):
         if not examples or not all(isinstance(example, dspy.Example) and example._input_keys for example in examples):
             raise ConfigurationError(f"{name} must be a non-empty list of dspy.Example with inputs marked "
@@ -141,13 +168,17 @@ def run(program: dspy.Module, trainset: Sequence[dspy.Example], valset: Sequence
         with display.stage("score after", len(valset)) as (stage, scored):
             after = _score(optimized, valset, scored(metric), num_threads)
         stages["score after"] = stage
-    report = Report(optimizer=settings, metric=getattr(metric, "__name__", type(metric).__name__),
-                    train_examples=len(trainset), val_examples=len(valset), before=before, after=after,
-                    stages=stages, program=describe(optimized), changes=changes(program, optimized))
+        kept = "optimized" if keep == "optimized" or after.score > before.score else "baseline"
+        chosen = optimized if kept == "optimized" else program
+        report = Report(optimizer=settings, metric=getattr(metric, "__name__", type(metric).__name__),
+                        train_examples=len(trainset), val_examples=len(valset), before=before, after=after,
+                        stages=stages, program=describe(chosen), kept=kept, changes=changes(program, optimized),
+                        findings=dict(getattr(teleprompter, "findings", None) or {}))
+        display.say(report.verdict())
     if out is not None:
         report.saved_to = os.fspath(out)
-        save(optimized, out, report)
-    return optimized, report
+        save(chosen, out, report)
+    return chosen, report
 
 
 def evaluate(program: dspy.Module, examples: Sequence[dspy.Example], metric: Callable[..., Any] | None = None, *,
@@ -290,6 +321,10 @@ class _Display:
     def __exit__(self, *exc: Any) -> None:
         if self.progress is not None:
             self.progress.__exit__(*exc)
+
+    def say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.console.print(text, highlight=False, soft_wrap=True)
 
     @contextmanager
     def stage(self, name: str, total: int | None) -> Iterator[tuple[Stage, Callable[..., Any]]]:

@@ -25,6 +25,7 @@ from loops.code.python import (
     defined_functions,
     extract_code,
     failure_digest,
+    hardcoded_asserts,
     names_the_tests_miss,
     read_interface,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "draws",
     "extract_code",
     "failure_digest",
+    "hardcoded_asserts",
     "names_the_tests_miss",
     "next_request",
     "read_interface",

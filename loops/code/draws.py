@@ -15,6 +15,8 @@ from typing import Any
 
 import dspy
 
+from loops.errors import ConfigurationError
+
 __all__ = ["ALL_EXAMPLES", "FRESH_TEMPERATURE", "GREEDY_DRAWS", "PENALIZED_MAX_TOKENS", "WORKED_EXAMPLES", "Draw",
            "draws", "worked_examples"]
 
@@ -49,12 +51,25 @@ PENALIZED_MAX_TOKENS = 256
 
 @dataclass(frozen=True)
 class Draw:
-    """How one candidate of an iteration is drawn."""
+    """How one candidate of an iteration is drawn. Plain data: a program saves its draws (`loops.saving`)."""
 
     examples: tuple[int, ...] = ()  # the WORKED_EXAMPLES shown as demos, by index: each choice another prompt
     sampled: bool = False  # a distinct rollout at FRESH_TEMPERATURE, seeded by its number
     # Set (0.0 included), the request's own penalty replaces the embedded engine's repeat penalty: other decoding.
     frequency_penalty: float | None = None
+    # A sampled draw's own seed instead of its candidate number: the same sample wherever it stands in the
+    # order (what the draws optimizer tried on train is what the loop draws).
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        examples = tuple(self.examples)  # a saved program gives a list
+        if not all(isinstance(index, int) and 0 <= index < len(WORKED_EXAMPLES) for index in examples):
+            raise ConfigurationError(f"Draw examples {self.examples!r}: give indices of WORKED_EXAMPLES, 0 to "
+                                     f"{len(WORKED_EXAMPLES) - 1}")
+        if self.seed is not None and not self.sampled:
+            raise ConfigurationError(f"Draw seed={self.seed!r} is a sample's: a greedy draw has none "
+                                     "(add sampled=True)")
+        object.__setattr__(self, "examples", examples)
 
     def executor_call(self, rollout: int, *, fresh: bool = False, own_demos: bool = False
                       ) -> tuple[dict[str, Any], tuple[dspy.Example, ...] | None]:
@@ -67,8 +82,9 @@ class Draw:
         if self.frequency_penalty is not None:
             config.update(frequency_penalty=self.frequency_penalty, max_tokens=PENALIZED_MAX_TOKENS)
         if fresh or self.sampled or (self.examples and own_demos):
-            # Seeded by its number, so a run repeats: the same task, the same candidates.
-            config.update(temperature=FRESH_TEMPERATURE, rollout_id=rollout, seed=rollout)
+            # Seeded by its number (or its own seed), so a run repeats: the same task, the same candidates.
+            seed = self.seed if self.seed is not None and self.sampled and not fresh else rollout
+            config.update(temperature=FRESH_TEMPERATURE, rollout_id=seed, seed=seed)
         return config, demos
 
 

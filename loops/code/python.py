@@ -25,6 +25,7 @@ __all__ = [
     "defined_functions",
     "extract_code",
     "failure_digest",
+    "hardcoded_asserts",
     "names_the_tests_miss",
     "read_interface",
 ]
@@ -316,3 +317,106 @@ def _kind(node: ast.expr) -> str:
 
 _DISPLAYS = {ast.List: "list", ast.ListComp: "list", ast.Tuple: "tuple", ast.Dict: "dict", ast.DictComp: "dict",
              ast.Set: "set", ast.SetComp: "set", ast.JoinedStr: "str"}
+
+
+# --- code that answers the tests rather than the task ----------------------------------------------
+
+# Values an honest function returns for its base cases (`if n == 0: return 1`): never taken as hard-coded.
+_TRIVIAL = (None, True, False, 0, 1, -1, "", (), [], {})
+_NO_VALUE = object()
+
+
+def hardcoded_asserts(code: str, tests: str) -> list[str]:
+    """The asserts of `tests` (`assert f(args) == expected`) that `code` answers with the expected value
+    itself, returned from a branch on those arguments (`if n == 10: return 16796`, a conditional
+    expression) or looked up in a literal dict keyed by them (`{10: 16796}[n]`): code that passes such a
+    test without computing its answer. Base-case values (None, booleans, 0, 1, -1, empty) are not counted,
+    so `if n == 0: return 1` is honest. Code or tests that do not parse give []."""
+    try:
+        code_tree, test_tree = ast.parse(code), ast.parse(tests)
+    except SyntaxError:
+        return []
+    answers = _literal_answers(code_tree)
+    found = []
+    for node in ast.walk(test_tree):
+        tested = _tested_call(node) if isinstance(node, ast.Assert) else None
+        if tested is None:
+            continue
+        arguments, expected = tested
+        if _is_trivial(expected):
+            continue
+        if any(_same(value, expected) and conditions and all(any(_same(condition, argument) for argument in arguments)
+                                                            for condition in conditions)
+               for conditions, value in answers):
+            found.append(ast.unparse(node))
+    return found
+
+
+def _tested_call(node: ast.Assert) -> tuple[list[Any], Any] | None:
+    """The literal arguments and expected value of `assert f(args) == expected` (either way round)."""
+    test = node.test
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return None
+    for call, other in ((test.left, test.comparators[0]), (test.comparators[0], test.left)):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
+            arguments = [_literal(argument) for argument in [*call.args, *(keyword.value for keyword in call.keywords)]]
+            expected = _literal(other)
+            if expected is not _NO_VALUE and arguments and _NO_VALUE not in arguments:
+                return arguments, expected
+    return None
+
+
+def _literal_answers(tree: ast.Module) -> list[tuple[list[Any], Any]]:
+    """Each literal the code answers with, and the literals the branch leading to it compares a name with."""
+    answers = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            conditions = _compared_literals(node.test)
+            answers += [(conditions, value) for value in _returned_literals(node.body)]
+        elif isinstance(node, ast.IfExp):
+            answers.append((_compared_literals(node.test), _literal(node.body)))
+        elif isinstance(node, ast.Dict):
+            answers += [([_literal(key)], _literal(value)) for key, value in zip(node.keys, node.values, strict=True)
+                        if key is not None]
+    return [(conditions, value) for conditions, value in answers
+            if value is not _NO_VALUE and _NO_VALUE not in conditions]
+
+
+def _compared_literals(test: ast.expr) -> list[Any]:
+    """The literals a condition compares names with: `n == 10`, `(a, b) == (1, 2)`, `x == 1 and y == 2`."""
+    found = []
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq | ast.Is):
+            left, right = node.left, node.comparators[0]
+            for name, literal in ((left, right), (right, left)):
+                if isinstance(name, ast.Name | ast.Tuple | ast.List) and _literal(literal) is not _NO_VALUE \
+                        and _literal(name) is _NO_VALUE:
+                    value = _literal(literal)
+                    found += list(value) if isinstance(name, ast.Tuple | ast.List) and isinstance(value, tuple | list) \
+                        else [value]
+    return found
+
+
+def _returned_literals(body: list[ast.stmt]) -> list[Any]:
+    """The literals a branch returns directly (not those of nested functions or branches)."""
+    return [_literal(statement.value) for statement in body
+            if isinstance(statement, ast.Return) and statement.value is not None]
+
+
+def _literal(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NO_VALUE
+
+
+def _same(one: Any, other: Any) -> bool:
+    """Equal as the tests compare them, and of one kind (True is not 1)."""
+    try:
+        return type(one) is type(other) and bool(one == other)
+    except Exception:  # an odd literal's __eq__: not the same
+        return False
+
+
+def _is_trivial(value: Any) -> bool:
+    return any(_same(value, trivial) for trivial in _TRIVIAL)

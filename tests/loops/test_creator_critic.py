@@ -561,3 +561,42 @@ async def test_async_phases_are_awaited_by_aforward():
 
     assert (result.final, result.success, result.iterations) == ("r!", True, 1)
     assert calls(lms["critic"]) == 1
+
+
+# --- the junk floor (loops.junk) under the built-in critic ---------------------------------------------
+
+
+@pytest.mark.parametrize("junk", ["Your original content", "][", "A haiku about rain.", "{draft}"])
+def test_the_critic_never_approves_junk_whatever_it_says(junk):
+    module, lms = loop_with([created(junk)], [verdict(approved=True)], [], max_iterations=1)
+
+    result = module(requirements="A haiku about rain.")
+
+    assert (result.final, result.success) == (junk, False)
+    assert calls(lms["critic"]) == 1  # judged by the LLM, overruled by the floor
+    critic_step = next(step for step in result.trace if step.role == "critic")
+    assert critic_step.note.startswith("junk (")
+    assert any("the draft is junk" in warning and "the critic approved it" in warning for warning in result.warnings)
+
+
+def test_an_empty_draft_is_rejected_without_asking_the_critic_and_the_iterator_is_told_why():
+    module, lms = loop_with([created("")], [verdict(approved=True)], [revised("Rain on the roof")],
+                            max_iterations=2)
+
+    result = module(requirements="A haiku about rain.")
+
+    assert calls(lms["critic"]) == 1  # only the revision was shown to it
+    assert (result.final, result.success, result.stop_reason) == ("Rain on the roof", True, "approved")
+    first_review = [step for step in result.trace if step.role == "critic"][0]
+    assert first_review.lm_calls == 0 and first_review.note == "junk (empty): not approved"
+    assert "the critic was not asked" in result.warnings[0]
+    assert "not the content asked for (empty)" in request_text(lms["iterator"].engine.requests[0])
+
+
+def test_a_real_draft_is_left_to_the_critic():
+    module, lms = loop_with([created("Rain taps the window")], [verdict(approved=True)], [])
+
+    result = module(requirements="A haiku about rain.")
+
+    assert result.success and result.warnings == []
+    assert next(step for step in result.trace if step.role == "critic").note is None

@@ -502,3 +502,45 @@ async def test_an_async_phase_runs_under_the_sync_forward_inside_a_running_event
     result = module(initial_input="x")  # what a notebook cell does: sync call, loop already running
 
     assert (result.stop_reason, result.final) == ("stopped", "PLAN FOR X")
+
+
+# --- the junk floor (loops.junk) under the built-in evaluator -------------------------------------------
+
+
+def _director_with(result, evaluation, **options):
+    module = DirectorExecutorEvaluatorController(retry=NO_WAIT, **options)
+    lms = {role: scripted_lm(script) for role, script in (
+        ("director", lambda engine, request: planned("write it")),
+        ("executor", lambda engine, request: done(result)),
+        ("evaluator", lambda engine, request: evaluation),
+        ("controller", lambda engine, request: decided("continue", "try again")),
+    )}
+    for role, lm in lms.items():
+        getattr(module, role).set_lm(lm)
+    return module, lms
+
+
+@pytest.mark.parametrize("junk", ["][", "A limerick about a cat", "TODO"])
+def test_the_evaluator_never_passes_junk_whatever_it_says(junk):
+    module, lms = _director_with(junk, judged("PASS"), max_iterations=1)
+
+    result = module(initial_input="A limerick about a cat")
+
+    assert (result.final, result.success) == (junk, False)
+    assert calls(lms["evaluator"]) == 1
+    step = next(step for step in result.trace if step.role == "evaluator")
+    assert step.note.startswith("junk (")
+    assert any("the result is junk" in warning and "the evaluator said PASS" in warning
+               for warning in result.warnings)
+    assert result.best_attempt["feedback"]["status"] == "FAIL"
+
+
+def test_an_empty_result_fails_without_asking_the_evaluator():
+    module, lms = _director_with("   ", judged("PASS"), max_iterations=1)
+
+    result = module(initial_input="A limerick about a cat")
+
+    assert not result.success and calls(lms["evaluator"]) == 0
+    step = next(step for step in result.trace if step.role == "evaluator")
+    assert step.lm_calls == 0 and step.note == "junk (empty): FAIL"
+    assert "the evaluator was not asked" in " ".join(result.warnings)
