@@ -393,7 +393,8 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "first_extracted_passed": sum(1 for record in mine if record.get("first_extracted_passed")),
             "harness_errors": sum(1 for record in mine if record.get("harness_error")),
             "hardcoded": sorted(record["task_id"] for record in mine if record.get("hardcoded")),
-            "failures": {category: failures[category] for category in (*CATEGORIES, "hardcoded", "no_attempt", "harness_error")
+            "failures": {category: failures[category]
+                         for category in (*CATEGORIES, "hardcoded", "no_attempt", "harness_error")
                          if failures[category]},
         })
     return rows

@@ -7,11 +7,13 @@ from loops.optimize.metrics import (
     director_metric,
     execute_validate_metric,
     fewer_calls,
+    honest,
     result_metric,
 )
 from loops.optimize.optimizers import OPTIMIZERS
-from loops.optimize.runner import Report, Score, Stage, default_metric, evaluate, run, save
+from loops.optimize.runner import KEEP, Report, Score, Stage, default_metric, evaluate, run, save
 from loops.saving import load
 
-__all__ = ["OPTIMIZERS", "Report", "Score", "Stage", "creator_critic_metric", "default_metric", "director_metric",
-           "evaluate", "execute_validate_metric", "fewer_calls", "load", "result_metric", "run", "save"]
+__all__ = ["KEEP", "OPTIMIZERS", "Report", "Score", "Stage", "creator_critic_metric", "default_metric",
+           "director_metric", "evaluate", "execute_validate_metric", "fewer_calls", "honest", "load", "result_metric",
+           "run", "save"]

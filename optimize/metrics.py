@@ -8,7 +8,9 @@ Each reads the prediction a loop returns (the shared result shape: `success`, `f
 - `execute_validate_metric`: the share of tests passed (a `PytestValidator`'s counts, or pytest's
   summary line in the output); 1.0 only when the validation passed.
 - `director_metric`: 1.0 when the evaluator passed the result, else 0.
-- `result_metric`: any loop or DSL program: 1.0 on success, else 0.
+- `result_metric`: any loop or DSL program: 1.0 on success (a DSL program's `success` is its outcome:
+  its last loop's success or the verdict it returns), else the last judgement in its trace (the share
+  of criteria met or tests passed, the evaluator's PASS) scaled below 1, and 0 when nothing was judged.
 
 A metric is called three ways, and answers each as its caller expects:
 
@@ -35,6 +37,7 @@ import dspy
 from loops.code.controller import code_of
 from loops.code.python import failure_digest, hardcoded_asserts
 from loops.contracts import field_of, outcome_passed
+from loops.display import step_judgement, step_outcome
 from loops.signatures.creator_critic import CRITERIA
 from loops.signatures.results import ValidationResult
 from loops.validators import parse_pytest_counts
@@ -75,9 +78,18 @@ def _metric(scorer: Scorer) -> Callable[..., Any]:
 
 
 def _score_result(prediction: Any) -> tuple[float, str]:
-    """1.0 when the run succeeded (approved, tests pass, evaluator passed, program completed), else 0."""
-    success = bool(field_of(prediction, "success"))
-    return (1.0 if success else 0.0), ("The run succeeded." if success else "The run did not succeed.")
+    """1.0 when the run succeeded (approved, tests pass, evaluator passed; a DSL program's outcome);
+    otherwise the last judgement in its trace (criteria met, tests passed, the evaluator's PASS), below
+    1, and 0 when nothing was judged."""
+    if field_of(prediction, "success"):
+        return 1.0, "The run succeeded."
+    for step in reversed(field_of(prediction, "trace") or []):
+        judged = step_judgement(step)
+        if judged is not None:
+            measure, value = judged
+            return (PARTIAL_CEILING * value, f"The run did not succeed; its last judgement ({step.role}, iteration "
+                                             f"{step.iteration}): {step_outcome(step)}, {measure} {value:.2f}.")
+    return 0.0, "The run did not succeed, and nothing in it was judged."
 
 
 def _score_creator_critic(prediction: Any) -> tuple[float, str]:

@@ -55,12 +55,13 @@ def test_the_defaults_follow_the_kind_of_model():
 def test_the_module_settles_its_choices_at_call_time_from_the_lm_that_runs():
     module = ExecuteValidateController()
     embedded = {"policy": EMBEDDED_CODE_LOOP.policy, "samples": EMBEDDED_CODE_LOOP.samples, "examples": True,
-                "penalty_variants": EMBEDDED_CODE_LOOP.penalty_variants}
+                "penalty_variants": EMBEDDED_CODE_LOOP.penalty_variants,
+                "draws": draws(EMBEDDED_CODE_LOOP.samples, True, EMBEDDED_CODE_LOOP.penalty_variants)}
     with dspy.context(lm=local_lm()):
         assert module.settings() == {**embedded, "analyst": False}
     with dspy.context(lm=scripted_lm([])):
         assert module.settings() == {"policy": "repair", "samples": 1, "examples": False, "penalty_variants": False,
-                                     "analyst": True}
+                                     "analyst": True, "draws": (Draw(),)}
         module.executor.set_lm(local_lm())  # a role's own LM outranks the context's
         assert module.settings() == {**embedded, "analyst": True}
 
@@ -69,7 +70,7 @@ def test_every_choice_can_be_made_explicitly():
     module = ExecuteValidateController(policy="fresh", samples=2, examples=False, penalty_variants=False, analyst=True)
     with dspy.context(lm=local_lm()):
         assert module.settings() == {"policy": "fresh", "samples": 2, "examples": False, "penalty_variants": False,
-                                     "analyst": True}
+                                     "analyst": True, "draws": (Draw(), Draw(sampled=True))}
     # Only the roles that may run are built: no analyst without it, none beside a custom controller.
     assert "analyst" not in dict(ExecuteValidateController(analyst=False).named_predictors())
     assert "analyst" not in dict(ExecuteValidateController(controller=loops.tests_controller).named_predictors())
@@ -192,6 +193,49 @@ def test_without_examples_or_penalties_of_their_own_only_the_plain_greedy_candid
     assert draws(3) == (Draw(), Draw(sampled=True), Draw(sampled=True))
     assert draws(4, penalty_variants=True) == (
         Draw(), Draw(frequency_penalty=0.0), Draw(frequency_penalty=0.2), Draw(sampled=True))
+
+
+def test_draws_given_are_the_candidates_in_their_order_a_sample_with_its_own_seed(tmp_path):
+    codes = [f"def Split(xs):\n    return {n}\n" for n in range(3)]
+    lm = embedded_lookalike(codes)
+    given = [Draw(sampled=True, seed=42), Draw(examples=[2]), Draw(frequency_penalty=0.2)]  # a list, as loaded
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), draws=given, max_iterations=1,
+                                       validator=scored(tmp_path, dict.fromkeys(codes, 0)), retry=NO_WAIT)
+
+    with dspy.context(lm=lm):
+        module(initial_input="write Split", test_command="pytest")
+        assert module.settings()["samples"] == 3 and module.settings()["draws"][1] == Draw(examples=(2,))
+
+    configs = [request.config for request in lm.engine.requests]
+    assert [config.seed for config in configs] == [42, None, None]  # its own seed, wherever it stands
+    assert [config.frequency_penalty for config in configs] == [None, None, 0.2]
+    assert shown_examples(lm) == [(), (2,), ()]
+
+
+def test_draws_are_checked_when_the_loop_is_built():
+    with pytest.raises(ConfigurationError, match="draws must be a non-empty list of loops.code.Draw"):
+        ExecuteValidateController(draws=[])
+    with pytest.raises(ConfigurationError, match="draws must be a non-empty list"):
+        ExecuteValidateController(draws=Draw())
+    with pytest.raises(ConfigurationError, match="samples, examples would choose them too: drop one of them"):
+        ExecuteValidateController(draws=[Draw()], samples=2, examples=True)
+    with pytest.raises(ConfigurationError, match="a custom executor was given"):
+        ExecuteValidateController(draws=[Draw()], executor=lambda current_input, iteration: {"solution.py": ""})
+    with pytest.raises(ConfigurationError, match=r"Draw examples \(7,\): give indices of WORKED_EXAMPLES, 0 to 2"):
+        Draw(examples=(7,))
+    with pytest.raises(ConfigurationError, match="a greedy draw has none"):
+        Draw(seed=3)
+
+
+def test_with_draws_is_a_copy_that_draws_them_and_saves_them(tmp_path):
+    module = ExecuteValidateController(samples=4, examples=True, max_iterations=2)
+    chosen = module.with_draws([Draw(frequency_penalty=0.0), Draw()])
+
+    assert (module.draws, module.samples) == (None, 4)  # the original is untouched
+    assert (chosen.draws, chosen.samples, chosen.examples) == ((Draw(frequency_penalty=0.0), Draw()), None, None)
+    chosen.save(tmp_path / "fix.json")
+    loaded = loops.load(tmp_path / "fix.json")
+    assert loaded.draws == chosen.draws and loaded.budget.max_iterations == 2
 
 
 def test_an_executor_with_demos_of_its_own_is_shown_those_instead(tmp_path):

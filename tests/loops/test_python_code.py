@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from loops import ConfigurationError
-from loops.code import Interface, align_names, code_request, read_interface
+from loops.code import Interface, align_names, code_request, hardcoded_asserts, read_interface
 from loops.signatures.results import CodeRequest
 
 MBPP_STYLE = (
@@ -83,3 +83,48 @@ def test_a_request_is_built_from_a_str_or_a_dict_and_renders_the_executors_task(
 def test_a_request_that_is_not_one_says_what_it_takes(value):
     with pytest.raises(ConfigurationError, match="prompt"):
         code_request(value)
+
+
+# --- code that answers the tests rather than the task (hardcoded_asserts) -------------------------------
+
+CATALAN_TESTS = """from solution import *
+
+
+def test_1():
+    assert catalan_number(10)==16796
+
+
+def test_2():
+    assert catalan_number(9)==4862
+
+
+def test_3():
+    assert catalan_number(7)==429
+"""
+
+
+@pytest.mark.parametrize("code, found", [
+    # Task 583's repair in iteration 2: the tested values, returned by branches on the tested arguments.
+    ("def catalan_number(n):\n    if n == 10:\n        return 16796\n    elif n == 9:\n        return 4862\n"
+     "    return 429\n", ["assert catalan_number(10) == 16796", "assert catalan_number(9) == 4862"]),
+    ("def catalan_number(n):\n    return {10: 16796, 9: 4862, 7: 429}[n]\n",
+     ["assert catalan_number(10) == 16796", "assert catalan_number(9) == 4862", "assert catalan_number(7) == 429"]),
+    ("def catalan_number(n):\n    return 16796 if n == 10 else 0\n", ["assert catalan_number(10) == 16796"]),
+    # Honest code: a base case returning a trivial value is not hard-coding.
+    ("def catalan_number(n):\n    if n <= 1:\n        return 1\n"
+     "    return sum(catalan_number(i) * catalan_number(n - 1 - i) for i in range(n))\n", []),
+    ("def catalan_number(n):\n    if n == 0:\n        return 1\n    c = 1\n    for k in range(n):\n"
+     "        c = c * 2 * (2 * k + 1) // (k + 2)\n    return c\n", []),
+    ("def catalan_number(n):\n    if n == 10\n", []),  # does not parse
+])
+def test_hardcoded_asserts_finds_tested_values_returned_for_the_tested_arguments(code, found):
+    assert hardcoded_asserts(code, CATALAN_TESTS) == found
+
+
+def test_hardcoded_asserts_reads_several_arguments_and_either_side_of_the_assert():
+    tests = "assert 'ab' == join_words('a', 'b')\nassert join_words('c', 'd') == 'cd'\n"
+    assert hardcoded_asserts("def join_words(a, b):\n    if a == 'a' and b == 'b':\n        return 'ab'\n"
+                             "    return a + b\n", tests) == ["assert 'ab' == join_words('a', 'b')"]
+    assert hardcoded_asserts("def join_words(a, b):\n    if (a, b) == ('c', 'd'):\n        return 'cd'\n", tests) \
+        == ["assert join_words('c', 'd') == 'cd'"]
+    assert hardcoded_asserts("def join_words(a, b):\n    return a + b\n", tests) == []

@@ -12,6 +12,7 @@ from loops.optimize import (
     director_metric,
     execute_validate_metric,
     fewer_calls,
+    honest,
     result_metric,
 )
 from loops.signatures.results import TaskResult
@@ -99,3 +100,52 @@ def test_dspy_evaluate_scores_real_creator_critic_runs():
     devset = [dspy.Example(requirements=f"slogan {number}").with_inputs("requirements") for number in range(3)]
     evaluation = dspy.Evaluate(devset=devset, metric=creator_critic_metric, num_threads=1, display_progress=False)
     assert evaluation(module).score == pytest.approx(100.0)
+
+
+def _step(role, outputs, iteration=1):
+    from loops.runtime import Step
+
+    return Step(role=role, iteration=iteration, inputs={}, outputs=outputs, seconds=0.1)
+
+
+def test_result_metric_scores_a_failed_run_by_its_last_judgement():
+    critic = {"accuracy_passed": True, "completeness_passed": True, "quality_passed": False, "feedback": "",
+              "approved": False}
+    tests = {"result": FAILING}
+    # A DSL program whose loop ended unapproved: its success is False (issue 22), its critic met 2 of 3.
+    unapproved = dspy.Prediction(success=False, trace=[_step("creator", {"draft": "x"}), _step("critic", critic)])
+    assert result_metric(EXAMPLE, unapproved) == pytest.approx(0.9 * 2 / 3)
+    failing = dspy.Prediction(success=False, trace=[_step("critic", critic), _step("validator", tests, 2)])
+    assert result_metric(EXAMPLE, failing) == pytest.approx(0.45)  # the last judgement: 1 of 2 tests
+    feedback = result_metric(EXAMPLE, failing, None, "user:write", []).feedback
+    assert feedback.startswith("The run did not succeed; its last judgement (validator, iteration 2): tests fail")
+    assert result_metric(EXAMPLE, dspy.Prediction(success=False, trace=[_step("creator", {"draft": "x"})])) == 0.0
+    assert result_metric(EXAMPLE, dspy.Prediction(success=True, trace=[_step("critic", critic)])) == 1.0
+    assert result_metric(EXAMPLE, unapproved, trace=[]) is False  # bootstrapping: only full success
+
+
+def test_honest_scores_a_run_whose_code_returns_the_tested_values_as_a_failure():
+    from loops.optimize.datasets import mbpp_test_file
+
+    task = {"prompt": "Write catalan_number(n).", "test_list": ["assert catalan_number(10)==16796",
+                                                                "assert catalan_number(7)==429"]}
+    example = dspy.Example(initial_input={"prompt": task["prompt"],
+                                          "workspace_files": {"test_solution.py": mbpp_test_file(task)}},
+                           test_command="pytest").with_inputs("initial_input", "test_command")
+    passing = ValidationResult(exit_code=0, passed=2, failed=0)
+
+    def run_with(code):
+        result = TaskResult(status="COMPLETE", content=code, files={"solution.py": code})
+        return dspy.Prediction(success=True, final=result, best_attempt={"result": result, "validation": passing},
+                               stop_reason="stopped", warnings=[], error=None)
+
+    cheat = run_with("def catalan_number(n):\n    if n == 10:\n        return 16796\n    return 429\n")
+    fair = run_with("from math import comb\n\ndef catalan_number(n):\n    return comb(2 * n, n) // (n + 1)\n")
+    metric = honest(execute_validate_metric)
+    assert (metric(example, cheat), metric(example, fair)) == (0.0, 1.0)
+    assert metric(example, cheat, trace=[]) is False and metric(example, fair, trace=[]) is True
+    assert "returns the tested values" in metric(example, cheat, None, "executor", []).feedback
+    assert metric.__name__ == "honest_execute_validate_metric"
+    # A test command's `python -c` program is read too.
+    inline = dspy.Example(initial_input="write f", test_command="python -c 'from solution import f; assert f(3) == 99'")
+    assert honest(execute_validate_metric)(inline, run_with("def f(n):\n    if n == 3:\n        return 99\n")) == 0.0

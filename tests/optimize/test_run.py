@@ -51,6 +51,10 @@ def sets(kind, train=4, val=2):
 @pytest.mark.parametrize("kind", list(PROGRAMS))
 def test_every_optimizer_compiles_every_program_kind_and_the_result_runs(kind, optimizer, tmp_path):
     trainset, valset = sets(kind)
+    if optimizer == "draws" and kind != "execute-validate":  # the code loop's own optimizer
+        with pytest.raises(ConfigurationError, match="draws optimizer chooses the code loop's candidates"):
+            loops.optimize.run(PROGRAMS[kind][0](), trainset, valset, optimizer=optimizer, progress=False)
+        return
     out = tmp_path / "optimized.json"
 
     with dspy.context(lm=universal_lm()):
@@ -195,3 +199,151 @@ def test_the_default_metric_follows_the_pattern():
     assert loops.optimize.default_metric(ExecuteValidateController()) is execute_validate_metric
     assert loops.optimize.default_metric(CreatorCriticIterator()) is creator_critic_metric
     assert INSTRUCTION  # the instruction the learnable LM's roles obey
+
+
+# --- never a regression ---------------------------------------------------------------------------------
+
+
+def spoiled(engine, request):
+    """Creator–Critic roles that do well untaught and badly once taught: a critic shown demos never approves."""
+    from tests.optimize.universal import _output_fields, _taught, answer
+
+    outputs = set(_output_fields(request))
+    if "approved" in outputs:
+        approved = not _taught(request)
+        return {"accuracy_passed": approved, "completeness_passed": approved, "quality_passed": approved,
+                "feedback": "" if approved else "no", "approved": approved}
+    if outputs == {"reasoning", "draft"}:
+        return {"reasoning": "plan", "draft": "a draft"}
+    return answer(engine, request)
+
+
+def test_an_optimized_program_that_scores_worse_is_not_kept_and_the_report_and_console_say_so(tmp_path, capsys):
+    trainset, valset = learn_sets()
+    out = tmp_path / "refine.json"
+    baseline = CreatorCriticIterator(max_iterations=1, retry=NO_WAIT)
+    with dspy.context(lm=scripted_lm_of(spoiled)):
+        kept, report = loops.optimize.run(baseline, trainset, valset, optimizer="bootstrap", out=out)
+
+    assert (report.before.solved, report.after.solved) == (2, 0)  # the optimizer's program is worse
+    assert kept is baseline and report.kept == "baseline"
+    assert report.changes["critic"]["demos"] > 0  # what the optimizer did, though it was not kept
+    assert all(not predictor.demos for _, predictor in kept.named_predictors())
+    saved = json.loads(out.read_text())
+    assert saved["critic"]["demos"] == [] and saved["loops"]["report"]["kept"] == "baseline"
+    verdict = "kept the baseline: the optimized program did not score higher (validation creator_critic_metric " \
+              "0.000 optimized, 1.000 baseline)"
+    assert report.summary().splitlines()[1] == verdict
+    assert verdict in capsys.readouterr().out
+
+
+def test_keep_optimized_keeps_the_optimizers_program_whatever_it_scored():
+    trainset, valset = learn_sets()
+    baseline = CreatorCriticIterator(max_iterations=1, retry=NO_WAIT)
+    with dspy.context(lm=scripted_lm_of(spoiled)):
+        kept, report = loops.optimize.run(baseline, trainset, valset, optimizer="bootstrap", progress=False,
+                                          keep="optimized")
+        with pytest.raises(ConfigurationError, match="keep must be one of 'better', 'optimized'"):
+            loops.optimize.run(baseline, trainset, valset, optimizer="bootstrap", progress=False, keep="worse")
+
+    assert kept is not baseline and report.kept == "optimized" and kept.critic.demos
+    assert "kept the optimized program, as asked, though it did not score higher" in report.summary()
+
+
+def test_a_tie_keeps_the_baseline():
+    trainset, valset = sets("creator-critic")
+    baseline = PROGRAMS["creator-critic"][0]()
+    with dspy.context(lm=universal_lm()):
+        kept, report = loops.optimize.run(baseline, trainset, valset, optimizer="bootstrap", progress=False)
+    assert report.before.score == report.after.score == 1.0
+    assert kept is baseline and report.kept == "baseline"
+
+
+def scripted_lm_of(script):
+    from tests.scripted import scripted_lm
+
+    return scripted_lm(script, name="scripted/spoiled")
+
+
+# --- the draws optimizer --------------------------------------------------------------------------------
+
+
+def drawn(engine, request):
+    """An executor whose greedy answer follows its prompt and decoding, as a small model's does: shown worked
+    examples it returns 2, with a frequency penalty 3, plainly 1."""
+    if any(message.role == "assistant" for message in request.messages):
+        value = 2
+    elif request.config.frequency_penalty:
+        value = 3
+    else:
+        value = 1
+    return f"def f():\n    return {value}\n"
+
+
+def wants(value, n):
+    command = shlex.join([sys.executable, "-c", f"from solution import f; assert f() == {value}"])
+    return dspy.Example(initial_input=f"write f number {n}", test_command=command, task_id=n).with_inputs(
+        "initial_input", "test_command")
+
+
+def test_the_draws_optimizer_chooses_on_train_saves_the_draws_and_loads_them_back(tmp_path):
+    from loops.code import Draw
+    from loops.optimize.draws import CANDIDATE_KINDS
+
+    trainset = [wants(2, 1), wants(2, 2), wants(3, 3), wants(1, 4), wants(5, 5)]
+    valset = [wants(2, 11), wants(3, 12), wants(1, 13)]
+    baseline = ExecuteValidateController(max_iterations=1, samples=1, analyst=False, retry=NO_WAIT)
+    out, trials = tmp_path / "fix.json", tmp_path / "trials.jsonl"
+    lm = scripted_lm_of(drawn)
+    with dspy.context(lm=lm):
+        optimized, report = loops.optimize.run(baseline, trainset, valset, optimizer="draws", out=out,
+                                               progress=False, trials=str(trials))
+
+    # Examples pass two train tasks (all of them or one: the earlier kind wins a tie), then the plain answer
+    # and the penalized one pass one each (the earlier first); a penalty of 0.0 draws the plain answer again,
+    # and the samples repeat answers already counted, so they add nothing. Task 5 no kind passes.
+    chosen = [Draw(examples=(0, 1, 2)), Draw(), Draw(frequency_penalty=0.2)]
+    assert report.findings["chosen"] == ["greedy+examples", "greedy", "greedy+frequency_penalty=0.2"]
+    assert report.findings["passed"]["greedy+examples"] == ["1", "2"]
+    assert report.findings["train_passed_by_chosen"] == 4
+    assert (report.before.solved, report.after.solved, report.kept) == (1, 3, "optimized")
+    assert optimized.draws == tuple(chosen) and optimized.settings()["samples"] == 3
+    assert len(lm.engine.requests) == 1 * 3 + len(CANDIDATE_KINDS) * 5 + (1 + 2 + 3)  # before, trials, after
+
+    loaded = loops.load(out)
+    assert loaded.draws == tuple(chosen) and loaded.samples is None
+    assert json.loads(out.read_text())["loops"]["arguments"]["draws"][0] == {
+        "__dataclass__": "loops.code.draws:Draw",
+        "fields": {"examples": [0, 1, 2], "sampled": False, "frequency_penalty": None, "seed": None}}
+    with dspy.context(lm=scripted_lm_of(drawn)):
+        assert loaded(**wants(3, 21).inputs()).success
+
+    # The trials were recorded: choosing again runs none of them.
+    from loops.optimize.draws import DrawsOptimizer
+
+    again = scripted_lm_of(drawn)
+    with dspy.context(lm=again):
+        rechosen = DrawsOptimizer(execute_validate_metric, trials=trials).compile(baseline, trainset=trainset)
+    assert rechosen.draws == tuple(chosen) and again.engine.requests == []
+
+
+def test_the_draws_optimizer_refuses_what_it_cannot_optimize_before_any_lm_call():
+    trainset, valset = sets("execute-validate")
+    lm = universal_lm()
+    custom = ExecuteValidateController(executor=lambda current_input, iteration: {"solution.py": "x = 1"})
+    with dspy.context(lm=lm):
+        with pytest.raises(ConfigurationError, match="has a custom executor, which draws one candidate"):
+            loops.optimize.run(custom, trainset, valset, optimizer="draws", progress=False)
+        with pytest.raises(ConfigurationError, match="not a CreatorCriticIterator"):
+            loops.optimize.run(CreatorCriticIterator(), trainset, valset, optimizer="draws", progress=False)
+    assert lm.engine.requests == []
+
+
+def test_mipro_is_refused_on_the_embedded_model_naming_optimizers_that_fit():
+    from loops.lm import local_lm
+
+    trainset, valset = learn_sets()
+    refusal = r"does not finish .*use bootstrap, random-search or simba \(or draws for fix\), or give mipro a capable"
+    # The LM is built lazily: nothing is loaded, nothing is asked.
+    with dspy.context(lm=local_lm()), pytest.raises(ConfigurationError, match=refusal):
+        loops.optimize.run(CreatorCriticIterator(), trainset, valset, optimizer="mipro", progress=False)
