@@ -86,7 +86,9 @@ def optimize_command(
     kind: KindArgument,
     data: DataOption,
     choice: ModelChoice,
-    optimizer: Annotated[str, typer.Option(help="bootstrap | random-search | mipro | gepa | simba")] = "bootstrap",
+    optimizer: Annotated[str, typer.Option(
+        help="bootstrap | random-search | mipro | gepa | simba | draws (fix only: its candidates chosen on train)")
+    ] = "bootstrap",
     out: Annotated[Path, typer.Option(help="Where the optimized program is saved (.json), with its report")] = Path(
         "optimized.json"),
     train: Annotated[int | None, typer.Option(min=1, help="Training examples at most")] = None,
@@ -97,8 +99,12 @@ def optimize_command(
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
     threads: ThreadsOption = 1,
+    keep_optimized: Annotated[bool, typer.Option(
+        "--keep-optimized", help="Keep the optimizer's program even if it scores no higher than the loop as it "
+        "was [default: keep the better, the loop as it was on a tie]")] = False,
 ) -> None:
-    """Score a loop on the validation examples, optimize it on the training ones, score it again, save it."""
+    """Score a loop on the validation examples, optimize it on the training ones, score it again, and save
+    the better of the two (never a regression, unless --keep-optimized)."""
     import loops.optimize
 
     if out.suffix != ".json":
@@ -109,7 +115,7 @@ def optimize_command(
     started = time.monotonic()
     with dspy.context(lm=lm):
         _, report = loops.optimize.run(module, trainset, valset, optimizer=optimizer, out=out, num_threads=threads,
-                                       **_options(option or []))
+                                       keep="optimized" if keep_optimized else "better", **_options(option or []))
     console.print(report.summary(), highlight=False, soft_wrap=True)
     console.print(f"saved to {out} ({time.monotonic() - started:.0f} s in all)", highlight=False, soft_wrap=True)
 

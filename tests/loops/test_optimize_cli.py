@@ -138,3 +138,24 @@ def test_batch_streams_a_record_per_example_and_a_rerun_skips_them(monkeypatch, 
     found = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(record["id"] for record in found) == [str(n) for n in range(8)]
     assert all(record["score"] == 1.0 for record in found)
+
+
+def test_optimize_keeps_the_better_program_unless_told_to_keep_the_optimized_one(monkeypatch, tmp_path):
+    from tests.optimize.test_run import spoiled
+    from tests.scripted import scripted_lm
+
+    monkeypatch.setattr(loops.lm, "resolve", lambda model, **options: scripted_lm(spoiled, name="scripted/spoiled"))
+    data = tmp_path / "notes.jsonl"
+    records = [{"requirements": f"note {n}", "split": "train" if n < 3 else "validation"} for n in range(5)]
+    data.write_text("\n".join(json.dumps(record) for record in records) + "\n")
+
+    kept = {}
+    for flag in ([], ["--keep-optimized"]):
+        out = tmp_path / f"refine{len(flag)}.json"
+        outcome = invoke("optimize", "refine", "--data", data, "--out", out, "--max-iterations", 1, *flag)
+        assert outcome.exit_code == 0, outcome.output
+        kept[bool(flag)] = (json.loads(out.read_text())["loops"]["report"]["kept"], outcome.output)
+
+    assert kept[False][0] == "baseline" and "kept the baseline: the optimized program did not score higher" \
+        in kept[False][1]
+    assert kept[True][0] == "optimized" and "kept the optimized program, as asked" in kept[True][1]
