@@ -21,15 +21,19 @@ __all__ = ["ADAPTERS", "ADAPTER_CLASSES", "CompactJSONAdapter", "PlainTextAdapte
 
 
 class PlainTextAdapter(ChatAdapter):
-    """Asks plainly for a signature's first output field and takes the whole answer as its value.
+    """Asks plainly for one output field of a signature (`field`, by default the first) and takes the
+    whole answer as its value.
 
-    Small models write far better code as free text than inside a JSON string or between field
-    markers, and free text never fails to parse. The signature's other output fields must be `str`;
-    they are left empty. Demos and histories render the same way, so the role stays optimizable.
+    Small models write far better code and prose as free text than inside a JSON string or between
+    field markers, and free text never fails to parse. The signature's other output fields must be
+    `str`; they are left empty (`PlainTextAdapter("draft")` on a ChainOfThought role asks for the draft
+    alone, its reasoning left empty). Demos and histories render the same way, so the role stays
+    optimizable.
     """
 
-    def __init__(self, callbacks: list[Any] | None = None):
+    def __init__(self, field: str | None = None, callbacks: list[Any] | None = None):
         super().__init__(callbacks=callbacks, use_json_adapter_fallback=False)
+        self.field = field
 
     def format_system_message(self, signature: type[Signature]) -> str:
         return textwrap.dedent(signature.instructions).strip()
@@ -48,18 +52,18 @@ class PlainTextAdapter(ChatAdapter):
             if value not in (None, ""):
                 parts.append(f"{_label(name)}:\n{format_field_value(field_info=field, value=value)}")
         if main_request:
-            parts.append(f"Answer with the {_label(_answer_field(signature)).lower()} only.")
+            parts.append(f"Answer with the {_label(_answer_field(signature, self.field)).lower()} only.")
         parts.append(suffix)
         return "\n\n".join(part for part in parts if part).strip()
 
     def format_assistant_message_content(
         self, signature: type[Signature], outputs: dict[str, Any], missing_field_message: str | None = None
     ) -> str:
-        return str(outputs.get(_answer_field(signature), missing_field_message) or "")
+        return str(outputs.get(_answer_field(signature, self.field), missing_field_message) or "")
 
     def parse(self, signature: type[Signature], completion: str) -> dict[str, Any]:
-        answer, *others = signature.output_fields
-        return {answer: completion.strip(), **dict.fromkeys(others, "")}
+        answer = _answer_field(signature, self.field)
+        return {**dict.fromkeys(signature.output_fields, ""), answer: completion.strip()}
 
 
 class CompactJSONAdapter(JSONAdapter):
@@ -180,14 +184,15 @@ def mixed_in(adapter: Any, mixin: type) -> Any:
     return twin
 
 
-def _answer_field(signature: type[Signature]) -> str:
+def _answer_field(signature: type[Signature], field: str | None = None) -> str:
     fields = signature.output_fields
-    if not fields or any(info.annotation is not str for info in list(fields.values())[1:]):
+    answer = field if field is not None else next(iter(fields), None)
+    if answer not in fields or any(info.annotation is not str for name, info in fields.items() if name != answer):
         raise ConfigurationError(
-            f"PlainTextAdapter needs a signature whose output fields after the first are all str; "
-            f"{signature.__name__} has {[(name, info.annotation) for name, info in fields.items()]}"
+            f"PlainTextAdapter needs a signature with the output field {answer!r} whose other output fields are "
+            f"all str; {signature.__name__} has {[(name, info.annotation) for name, info in fields.items()]}"
         )
-    return next(iter(fields))
+    return answer
 
 
 def _label(name: str) -> str:

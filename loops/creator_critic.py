@@ -132,14 +132,16 @@ def _rejecting(junk: str) -> Any:
 
 
 def _floored(run: Run, verdict: Any, junk: str, asked: bool = True) -> dspy.Prediction:
-    """A verdict on a junk draft: not approved whatever the LLM said, the reason first in its feedback."""
+    """A verdict on a junk draft: not approved and every criterion failed, whatever the LLM said, the reason
+    first in its feedback."""
     said = ("the critic approved it" if verdict.get("approved") else "the critic agreed") if asked \
         else "the critic was not asked"
     run.note(f"junk ({junk}): not approved")
     run.warn(f"iteration {run.iteration}: the draft is junk ({junk}): not approved ({said})")
     feedback = f"The draft is not the content asked for ({junk}): write the content itself."
     said_too = str(verdict.get("feedback") or "").strip()
-    return dspy.Prediction(**{**verdict, "approved": False, "feedback": f"{feedback} {said_too}".strip()})
+    failed = {f"{name}_passed": False for name in CRITERIA}  # ranks below every real draft the critic judged
+    return dspy.Prediction(**{**verdict, **failed, "approved": False, "feedback": f"{feedback} {said_too}".strip()})
 
 
 def _score(verdict: Any, approved: bool) -> tuple[int, int]:

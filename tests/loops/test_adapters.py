@@ -58,8 +58,24 @@ def test_signatures_with_non_text_secondary_outputs_are_refused():
         verdict: str = dspy.OutputField()
         score: int = dspy.OutputField()
 
-    with pytest.raises(ConfigurationError, match="output fields after the first are all str"):
+    with pytest.raises(ConfigurationError, match="the output field 'verdict' whose other output fields are all str"):
         PlainTextAdapter().format(Judge, demos=[], inputs={"text": "t"})
+    with pytest.raises(ConfigurationError, match="the output field 'draft'"):
+        PlainTextAdapter("draft").format(Judge, demos=[], inputs={"text": "t"})
+
+
+def test_a_chosen_field_gets_the_answer_and_the_others_are_left_empty():
+    # The creator is a ChainOfThought: `PlainTextAdapter("draft")` asks for its draft alone.
+    signature = dspy.ChainOfThought(CreatorSignature).predict.signature
+    adapter = PlainTextAdapter("draft")
+    demo = {"requirements": "a haiku", "context": "", "reasoning": "", "draft": "Rain on the roof"}
+    messages = adapter.format(signature, demos=[demo], inputs={"requirements": "a limerick", "context": "",
+                                                                "history": dspy.History(messages=[])})
+
+    assert [message["role"] for message in messages] == ["system", "user", "assistant", "user"]
+    assert messages[2]["content"] == "Rain on the roof"
+    assert messages[-1]["content"].endswith("Answer with the draft only.")
+    assert adapter.parse(signature, " There once was a cat\n") == {"reasoning": "", "draft": "There once was a cat"}
 
 
 def test_compact_json_names_the_keys_without_placeholders_small_models_would_copy():
