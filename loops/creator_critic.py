@@ -10,6 +10,9 @@ Iteration 1 is the creator's draft and its review; each further iteration is a r
 review. Each phase may be the built-in LLM role, any `dspy.Module` or a plain (sync or async)
 callable; a custom phase's value reaches the next phase unchanged.
 
+How the built-in creator and iterator write follows the model (`loops.prose`): on the embedded model
+they answer in plain text, capped in length, and the creator is shown worked examples.
+
 Under the built-in critic lies a programmatic floor (`loops.junk.is_junk`): junk (an empty draft, the
 requirements read back, a placeholder such as "Your original content", no letters at all) is never
 approved, whatever the LLM says; an empty draft is not even shown to it.
@@ -25,7 +28,8 @@ from loops.contracts import CREATOR_CRITIC, verdict_approved, verdict_feedback
 from loops.errors import ConfigurationError
 from loops.junk import is_junk
 from loops.module import LoopModule
-from loops.runtime import RoleCalls, Run
+from loops.prose import PLAIN_DRAFT, PLAIN_TEXT, prose_defaults, worked_drafts
+from loops.runtime import RoleCalls, Run, predictor_of
 from loops.signatures.creator_critic import CRITERIA, CreatorSignature, CriticSignature, IteratorSignature
 
 __all__ = ["CreatorCriticIterator"]
@@ -42,14 +46,25 @@ class CreatorCriticIterator(LoopModule):
     that contradicts itself counts as not approved and is noted on its trace step. Nor does it ever
     approve junk (`loops.junk.is_junk`): that is noted on its step and in the warnings, and its feedback
     says what is wrong; an empty draft is rejected without asking the LLM.
+
+    `plain_text=True` has the built-in creator and iterator answer with the text itself (no JSON, no
+    reasoning), at most `loops.prose` defaults' `max_tokens`; `examples=True` shows the creator worked
+    examples (`loops.prose.WORKED_DRAFTS`; an optimized creator's own demos instead). Left unset, both
+    follow the creator's model (`loops.prose.prose_defaults`): on for the embedded model, off otherwise.
     """
 
     contracts = CREATOR_CRITIC
     aliases = {"final_draft": "final", "approved": "success"}
 
     def __init__(self, max_iterations: int | None = None, creator: Any = None, critic: Any = None,
-                 iterator: Any = None, **options: Any):
+                 iterator: Any = None, *, plain_text: bool | None = None, examples: bool | None = None,
+                 **options: Any):
         super().__init__(max_iterations=max_iterations, **options)
+        for name, choice in (("plain_text", plain_text), ("examples", examples)):
+            if choice not in (None, True, False):
+                raise ConfigurationError(f"{name} must be True, False or None (by model), got {choice!r}")
+        self.plain_text = plain_text
+        self.examples = examples
         self._builtin = frozenset(role for role, phase, builtin in (
             ("creator", creator, lambda: dspy.ChainOfThought(CreatorSignature)),
             ("critic", critic, lambda: dspy.Predict(CriticSignature)),
@@ -72,10 +87,21 @@ class CreatorCriticIterator(LoopModule):
         if context is None or (text and not isinstance(context, str)):
             raise ConfigurationError(f"context must be a str (it may be empty), got {context!r:.100}")
 
+    def settings(self) -> dict[str, Any]:
+        """How the built-in creator and iterator write in a run started now: the explicit choices, else
+        `loops.prose.prose_defaults` of the creator's model (its own LM, else the context's)."""
+        predictor, _ = predictor_of(getattr(self, "creator", None))
+        defaults = prose_defaults(predictor.lm if predictor is not None and predictor.lm is not None
+                                  else dspy.settings.lm)
+        plain_text = self.plain_text if self.plain_text is not None else defaults.plain_text
+        return {"plain_text": plain_text, "examples": self.examples if self.examples is not None else defaults.examples,
+                "max_tokens": defaults.max_tokens if plain_text else None}
+
     def _loop(self, run: Run, requirements: str, context: str) -> RoleCalls:
         if not run.next_iteration():
             return run.finish("max_iterations")
-        draft = yield from self._create(run, requirements, context)
+        writing = self.settings()
+        draft = yield from self._create(run, requirements, context, writing)
         while True:
             run.offer_candidate(_UNREVIEWED, final=draft, success=False,
                      best_attempt={"iteration": run.iteration, "draft": draft, "verdict": None})
@@ -87,11 +113,24 @@ class CreatorCriticIterator(LoopModule):
                 return run.finish("approved", final=draft, success=True)
             if not run.next_iteration():
                 return run.finish("max_iterations")
-            draft = yield from self._revise(run, requirements, draft, verdict)
+            draft = yield from self._revise(run, requirements, draft, verdict, writing)
 
-    def _create(self, run: Run, requirements: str, context: str) -> RoleCalls:
+    def _writing(self, role: str, writing: dict[str, Any]) -> dict[str, Any]:
+        """How the built-in creator or iterator is called: plain text and its cap, worked examples."""
+        call: dict[str, Any] = {}
+        if writing["plain_text"]:
+            call["adapter"] = PLAIN_DRAFT if role == "creator" else PLAIN_TEXT
+            if writing["max_tokens"]:
+                call["config"] = {"max_tokens": writing["max_tokens"]}
+        predictor, _ = predictor_of(getattr(self, role))
+        if role == "creator" and writing["examples"] and predictor is not None and not predictor.demos:
+            call["demos"] = worked_drafts("creator")
+        return call
+
+    def _create(self, run: Run, requirements: str, context: str, writing: dict[str, Any]) -> RoleCalls:
         if "creator" in self._builtin:
-            return (yield from run.call("creator", requirements=requirements, context=context)).draft
+            return (yield from run.call("creator", **self._writing("creator", writing), requirements=requirements,
+                                        context=context)).draft
         return (yield from run.call_phase("creator", requirements=requirements, context=context,
                                           iteration=run.iteration))
 
@@ -115,12 +154,12 @@ class CreatorCriticIterator(LoopModule):
             verdict = dspy.Prediction(**{**verdict, "approved": False})
         return verdict
 
-    def _revise(self, run: Run, requirements: str, draft: Any, verdict: Any) -> RoleCalls:
+    def _revise(self, run: Run, requirements: str, draft: Any, verdict: Any, writing: dict[str, Any]) -> RoleCalls:
         if "iterator" not in self._builtin:
             return (yield from run.call_phase("iterator", requirements=requirements, draft=draft, feedback=verdict,
                                               iteration=run.iteration))
-        revised = yield from run.call("iterator", requirements=requirements, draft=str(draft),
-                                      feedback=_feedback_for_iterator(verdict))
+        revised = yield from run.call("iterator", **self._writing("iterator", writing), requirements=requirements,
+                                      draft=str(draft), feedback=_feedback_for_iterator(verdict))
         return revised.improved_draft
 
 

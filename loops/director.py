@@ -11,6 +11,9 @@ Iterations are numbered from 1. Each phase may be the built-in LLM role, any `ds
 plain callable (sync or async), which gets the contract's arguments positionally; a custom phase's
 value reaches the next phase unchanged.
 
+How the built-in executor writes follows the model (`loops.prose`): on the embedded model it answers
+in plain text, capped in length, and is shown worked examples.
+
 Under the built-in evaluator lies a programmatic floor (`loops.junk.is_junk`): junk (an empty result,
 the goal read back, a placeholder, no letters at all, such as `][`) never passes, whatever the LLM
 says; an empty result is not even shown to it.
@@ -26,7 +29,8 @@ from loops.contracts import DIRECTOR, decision, outcome_passed
 from loops.errors import ConfigurationError, RoleFailed
 from loops.junk import is_junk
 from loops.module import LoopModule
-from loops.runtime import RoleCalls, Run
+from loops.prose import PLAIN_TEXT, prose_defaults, worked_drafts
+from loops.runtime import RoleCalls, Run, predictor_of
 from loops.signatures.director import (
     DirectorSignature,
     EvaluatorSignature,
@@ -48,7 +52,10 @@ class DirectorExecutorEvaluatorController(LoopModule):
     The built-in roles are LLMs; the built-in controller is one too, but an evaluator's PASS stops
     the loop without asking it, and if it fails the loop continues with the evaluator's feedback. The
     built-in evaluator never passes junk (`loops.junk.is_junk`): that is noted on its step and in the
-    warnings; an empty result fails without asking the LLM.
+    warnings; an empty result fails without asking the LLM. `plain_text=True` has the built-in executor
+    answer with the result itself (no JSON), at most `loops.prose` defaults' `max_tokens`; `examples=True`
+    shows it worked examples (`loops.prose.WORKED_DRAFTS`; an optimized executor's own demos instead). Left
+    unset, both follow the executor's model (`loops.prose.prose_defaults`): on for the embedded model.
 
     `final` is the controller's stop value, or the last execution result; `success` whether the last
     evaluation passed; `best_attempt` the iteration, plan, result and feedback of the best one.
@@ -57,8 +64,14 @@ class DirectorExecutorEvaluatorController(LoopModule):
     contracts = DIRECTOR
 
     def __init__(self, max_iterations: int | None = None, director: Any = None, executor: Any = None,
-                 evaluator: Any = None, controller: Any = None, **options: Any):
+                 evaluator: Any = None, controller: Any = None, *, plain_text: bool | None = None,
+                 examples: bool | None = None, **options: Any):
         super().__init__(max_iterations=max_iterations, **options)
+        for name, choice in (("plain_text", plain_text), ("examples", examples)):
+            if choice not in (None, True, False):
+                raise ConfigurationError(f"{name} must be True, False or None (by model), got {choice!r}")
+        self.plain_text = plain_text
+        self.examples = examples
         self._builtin = frozenset(role for role, phase, builtin in (
             ("director", director, lambda: dspy.Predict(DirectorSignature)),
             ("executor", executor, lambda: dspy.Predict(PlanExecutorSignature)),
@@ -78,15 +91,38 @@ class DirectorExecutorEvaluatorController(LoopModule):
         if initial_input is None or ("director" in self._builtin and not _text(initial_input).strip()):
             raise ConfigurationError(f"initial_input must be a goal (a non-empty value), got {initial_input!r:.100}")
 
+    def settings(self) -> dict[str, Any]:
+        """How the built-in executor writes in a run started now: the explicit choices, else
+        `loops.prose.prose_defaults` of the executor's model (its own LM, else the context's)."""
+        predictor, _ = predictor_of(getattr(self, "executor", None))
+        defaults = prose_defaults(predictor.lm if predictor is not None and predictor.lm is not None
+                                  else dspy.settings.lm)
+        plain_text = self.plain_text if self.plain_text is not None else defaults.plain_text
+        return {"plain_text": plain_text, "examples": self.examples if self.examples is not None else defaults.examples,
+                "max_tokens": defaults.max_tokens if plain_text else None}
+
+    def _writing(self, writing: dict[str, Any]) -> dict[str, Any]:
+        """How the built-in executor is called: plain text and its cap, worked examples."""
+        call: dict[str, Any] = {}
+        if writing["plain_text"]:
+            call["adapter"] = PLAIN_TEXT
+            if writing["max_tokens"]:
+                call["config"] = {"max_tokens": writing["max_tokens"]}
+        predictor, _ = predictor_of(self.executor)
+        if writing["examples"] and predictor is not None and not predictor.demos:
+            call["demos"] = worked_drafts("executor")
+        return call
+
     def _loop(self, run: Run, initial_input: Any) -> RoleCalls:
         goal = _text(initial_input)
         current = initial_input
+        writing = self._writing(self.settings()) if "executor" in self._builtin else {}
         while run.next_iteration():
             iteration = run.iteration
             plan = yield from self._phase(run, "director", "plan", {"goal": goal, "current_input": _text(current)},
                                           current_input=current, iteration=iteration)
             result = yield from self._phase(run, "executor", "result", {"plan": _text(plan)},
-                                            plan=plan, iteration=iteration)
+                                            plan=plan, iteration=iteration, call=writing)
             attempt = {"iteration": iteration, "plan": plan, "result": result, "feedback": None}
             # Offered before it is judged: an evaluator that fails must not lose the result.
             run.offer_candidate((-1,), best_attempt=attempt)
@@ -101,9 +137,10 @@ class DirectorExecutorEvaluatorController(LoopModule):
             current = verdict.value
         return run.finish("max_iterations")
 
-    def _phase(self, run: Run, role: str, output: str, llm_inputs: dict[str, Any], **arguments: Any) -> RoleCalls:
+    def _phase(self, run: Run, role: str, output: str, llm_inputs: dict[str, Any], call: dict[str, Any] | None = None,
+               **arguments: Any) -> RoleCalls:
         if role in self._builtin:
-            prediction = yield from run.call(role, **llm_inputs)
+            prediction = yield from run.call(role, **(call or {}), **llm_inputs)
             return prediction[output]
         return (yield from run.call_phase(role, **arguments))
 
