@@ -1,0 +1,165 @@
+"""Writing loops on checkable tasks (`loops.optimize.writing`), on the embedded model.
+
+    critic   the built-in critic, as the loop applies it, on the labeled drafts of a split: agreement with
+             the truth of the programmatic checks; `--demos K` teaches it K labeled verdicts of the train
+             split first (`loops.optimize.critic.balanced_demos`), the recipe of docs/optimize.md
+    refine   `loops refine` on the tasks of a split: the share of final drafts that pass every check;
+             `--config` `defaults` (the loop as it is built, defaults by model) or `json` (the roles
+             answering in JSON, untaught: the embedded defaults before loops.prose)
+    direct   `loops direct` on the same tasks, its final result checked the same way
+
+Each judged draft or run is appended to `--out` as a JSON line as it ends, and a rerun skips what the file
+holds; `--summarize` prints the figures of files already written.
+
+    .venv/bin/python -m benchmarks.writing critic --split heldout --out /tmp/critic-heldout.jsonl
+    .venv/bin/python -m benchmarks.writing critic --split heldout --demos 8 --out /tmp/critic-heldout.jsonl
+    .venv/bin/python -m benchmarks.writing refine --split heldout --out /tmp/refine-heldout.jsonl
+    .venv/bin/python -m benchmarks.writing --summarize /tmp/critic-heldout.jsonl /tmp/refine-heldout.jsonl
+
+`--code` names the code that ran in the records (e.g. the commit of a checkout run with PYTHONPATH), so
+that a measurement of an older version of the loops can sit beside the current one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+def _given_draft(requirements: str, context: str, iteration: int) -> str:
+    return context
+
+
+def critic_records(split: str, demos: int, done: set[str]) -> Any:
+    """The critic's verdict on each labeled draft of `split`, as the loop acts on it (one iteration, the
+    draft handed on by the creator)."""
+    from loops import CreatorCriticIterator
+    from loops.optimize import writing
+
+    judge = CreatorCriticIterator(creator=_given_draft, max_iterations=1)
+    if demos:
+        from loops.optimize.critic import balanced_demos
+
+        judge.critic.demos = balanced_demos("train", demos)
+    for example in writing.critic_examples(split):
+        if f"{example.task_id}|{example.draft}" in done:
+            continue
+        started = time.monotonic()
+        result = judge(requirements=example.requirements, context=example.draft)
+        verdict = (result.best_attempt or {}).get("verdict") or {}
+        yield f"{example.task_id}|{example.draft}", {
+            "task_id": example.task_id, "truth": bool(example.approved), "approved": bool(result.success),
+            "agrees": bool(result.success) == bool(example.approved),
+            "said": {key: verdict.get(key) for key in ("accuracy_passed", "completeness_passed", "quality_passed",
+                                                       "approved")},
+            "warnings": list(result.warnings), "seconds": round(time.monotonic() - started, 1)}
+
+
+def loop_records(kind: str, split: str, config: str, max_iterations: int | None, done: set[str]) -> Any:
+    """Each task of `split` run through `refine` or `direct`, its final text checked."""
+    from loops import CreatorCriticIterator, DirectorExecutorEvaluatorController
+    from loops.optimize import writing
+
+    options: dict[str, Any] = {} if config == "defaults" else {"plain_text": False, "examples": False}
+    if max_iterations is not None:
+        options["max_iterations"] = max_iterations
+    loop = CreatorCriticIterator(**options) if kind == "refine" else DirectorExecutorEvaluatorController(**options)
+    for task in writing.tasks(split):
+        if task.id in done:
+            continue
+        started = time.monotonic()
+        result = loop(requirements=task.requirements) if kind == "refine" else loop(initial_input=task.requirements)
+        check = writing.check(task, None if result.final is None else str(result.final))
+        texts = [step.outputs.get("draft") or step.outputs.get("improved_draft") or step.outputs.get("result")
+                 for step in result.trace if step.role in ("creator", "iterator", "executor") and step.outputs]
+        yield task.id, {
+            "task_id": task.id, "passes": check.passed, "failures": check.failures, "success": bool(result.success),
+            "final": None if result.final is None else str(result.final), "texts": texts,
+            "texts_pass": [writing.check(task, text).passed for text in texts], "iterations": result.iterations,
+            "lm_calls": result.lm_calls, "warnings": list(result.warnings),
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def run(args: argparse.Namespace) -> None:
+    import dspy
+
+    from loops.lm import local_lm
+
+    label = _label(args)
+    out = Path(args.out)
+    done = {record["key"] for record in _read([out]) if record["label"] == label}
+    records = critic_records(args.split, args.demos, done) if args.command == "critic" else loop_records(
+        args.command, args.split, args.config, args.max_iterations, done)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with dspy.context(lm=local_lm()), out.open("a", encoding="utf-8") as handle:
+        for key, record in records:
+            handle.write(json.dumps({"label": label, "key": key, "code": args.code, **record}) + "\n")
+            handle.flush()
+            print(f"[{label}] {key[:60]!r}: {record.get('agrees', record.get('passes'))} {record['seconds']} s",
+                  file=sys.stderr, flush=True)
+    summarize([out])
+
+
+def _label(args: argparse.Namespace) -> str:
+    if args.command == "critic":
+        return f"critic/{args.split}/demos={args.demos}"
+    iterations = "" if args.max_iterations is None else f"/max_iterations={args.max_iterations}"
+    return f"{args.command}/{args.split}/{args.config}{iterations}"
+
+
+def _read(paths: list[Path]) -> list[dict[str, Any]]:
+    records = []
+    for path in paths:
+        if path.exists():
+            records += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return records
+
+
+def summarize(paths: list[Path]) -> None:
+    """Per label (and code): agreement of the critic, or the share of final texts that pass."""
+    groups: dict[tuple[str, str | None], list[dict[str, Any]]] = defaultdict(list)
+    for record in {(record["label"], record.get("code"), record["key"]): record for record in _read(paths)}.values():
+        groups[(record["label"], record.get("code"))].append(record)
+    for (label, code), records in groups.items():
+        seconds = sum(record["seconds"] for record in records)
+        where = f" [{code}]" if code else ""
+        if label.startswith("critic/"):
+            agree = sum(record["agrees"] for record in records)
+            approved = sum(record["approved"] for record in records)
+            truth = sum(record["truth"] for record in records)
+            print(f"{label}{where}: agreement {agree}/{len(records)} = {agree / len(records):.1%}; approved "
+                  f"{approved}, truly good {truth}; {seconds:.0f} s")
+        else:
+            passed = sum(record["passes"] for record in records)
+            calls = sum(record["lm_calls"] for record in records)
+            print(f"{label}{where}: final text passes {passed}/{len(records)} = {passed / len(records):.1%}; "
+                  f"{calls} LM calls; {seconds:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.writing", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", nargs="?", choices=("critic", "refine", "direct"))
+    parser.add_argument("--split", default="train", choices=("train", "heldout"))
+    parser.add_argument("--demos", type=int, default=0, help="critic: labeled verdicts of the train split shown")
+    parser.add_argument("--config", default="defaults", choices=("defaults", "json"),
+                        help="refine/direct: the loop as built (defaults by model), or its roles in JSON, untaught")
+    parser.add_argument("--max-iterations", type=int, default=None, help="refine/direct: the loop's iterations")
+    parser.add_argument("--out", default="/tmp/writing.jsonl", help="JSON lines appended to; a rerun resumes")
+    parser.add_argument("--code", default=None, help="a name for the code that ran, kept in the records")
+    parser.add_argument("--summarize", nargs="+", metavar="JSONL", help="only print the figures of these files")
+    args = parser.parse_args(argv)
+    if args.summarize:
+        summarize([Path(path) for path in args.summarize])
+        return
+    if args.command is None:
+        parser.error("give a command (critic, refine, direct) or --summarize")
+    run(args)
+
+
+if __name__ == "__main__":
+    main()
