@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import re
 import textwrap
 import weakref
 from typing import Any
@@ -29,11 +30,17 @@ class PlainTextAdapter(ChatAdapter):
     `str`; they are left empty (`PlainTextAdapter("draft")` on a ChainOfThought role asks for the draft
     alone, its reasoning left empty). Demos and histories render the same way, so the role stays
     optimizable.
+
+    With `strip_format=True` the answer is cut to what is not an imitation of the prompt's own format,
+    which a small model writing prose often adds: a leading "Here is the improved draft:" line, and
+    sections headed by the prompt's field labels ("Feedback: ..."); an answer that heads its text with
+    the answer's own label keeps that section alone.
     """
 
-    def __init__(self, field: str | None = None, callbacks: list[Any] | None = None):
+    def __init__(self, field: str | None = None, callbacks: list[Any] | None = None, strip_format: bool = False):
         super().__init__(callbacks=callbacks, use_json_adapter_fallback=False)
         self.field = field
+        self.strip_format = strip_format
 
     def format_system_message(self, signature: type[Signature]) -> str:
         return textwrap.dedent(signature.instructions).strip()
@@ -63,7 +70,8 @@ class PlainTextAdapter(ChatAdapter):
 
     def parse(self, signature: type[Signature], completion: str) -> dict[str, Any]:
         answer = _answer_field(signature, self.field)
-        return {**dict.fromkeys(signature.output_fields, ""), answer: completion.strip()}
+        text = _without_format(completion, signature, answer) if self.strip_format else completion.strip()
+        return {**dict.fromkeys(signature.output_fields, ""), answer: text}
 
 
 class CompactJSONAdapter(JSONAdapter):
@@ -193,6 +201,28 @@ def _answer_field(signature: type[Signature], field: str | None = None) -> str:
             f"all str; {signature.__name__} has {[(name, info.annotation) for name, info in fields.items()]}"
         )
     return answer
+
+
+_PREAMBLE = re.compile(r"^\s*(here is|here's|here are|sure\b)[^\n]*:\s*$", re.IGNORECASE)
+
+
+def _without_format(completion: str, signature: type[Signature], answer: str) -> str:
+    """`completion` less what imitates the prompt: a "Here is ...:" line first, sections under field labels."""
+    lines = completion.strip().splitlines()
+    if lines and _PREAMBLE.match(lines[0]):
+        lines = lines[1:]
+    labels = {_label(name).lower(): name for name in [*signature.input_fields, *signature.output_fields]}
+    heading = re.compile(rf"^\s*({'|'.join(map(re.escape, labels))})\s*:\s*", re.IGNORECASE)
+    sections: list[tuple[str | None, list[str]]] = [(None, [])]
+    for line in lines:
+        found = heading.match(line)
+        if found:
+            sections.append((labels[found.group(1).lower()], [line[found.end():]]))
+        else:
+            sections[-1][1].append(line)
+    texts = [(name, "\n".join(body).strip()) for name, body in sections]
+    own = next((text for name, text in texts if name == answer and text), None)
+    return own or texts[0][1] or next((text for _, text in texts if text), "")
 
 
 def _label(name: str) -> str:

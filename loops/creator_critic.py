@@ -28,7 +28,7 @@ from loops.contracts import CREATOR_CRITIC, verdict_approved, verdict_feedback
 from loops.errors import ConfigurationError
 from loops.junk import is_junk
 from loops.module import LoopModule
-from loops.prose import PLAIN_DRAFT, PLAIN_TEXT, prose_defaults, worked_drafts
+from loops.prose import PLAIN_DRAFT, PLAIN_PROSE, prose_defaults, worked_drafts
 from loops.runtime import RoleCalls, Run, predictor_of
 from loops.signatures.creator_critic import CRITERIA, CreatorSignature, CriticSignature, IteratorSignature
 
@@ -119,7 +119,7 @@ class CreatorCriticIterator(LoopModule):
         """How the built-in creator or iterator is called: plain text and its cap, worked examples."""
         call: dict[str, Any] = {}
         if writing["plain_text"]:
-            call["adapter"] = PLAIN_DRAFT if role == "creator" else PLAIN_TEXT
+            call["adapter"] = PLAIN_DRAFT if role == "creator" else PLAIN_PROSE
             if writing["max_tokens"]:
                 call["config"] = {"max_tokens": writing["max_tokens"]}
         predictor, _ = predictor_of(getattr(self, role))

@@ -29,7 +29,7 @@ from loops.contracts import DIRECTOR, decision, outcome_passed
 from loops.errors import ConfigurationError, RoleFailed
 from loops.junk import is_junk
 from loops.module import LoopModule
-from loops.prose import PLAIN_TEXT, prose_defaults, worked_drafts
+from loops.prose import PLAIN_PROSE, prose_defaults, worked_drafts
 from loops.runtime import RoleCalls, Run, predictor_of
 from loops.signatures.director import (
     DirectorSignature,
@@ -105,7 +105,7 @@ class DirectorExecutorEvaluatorController(LoopModule):
         """How the built-in executor is called: plain text and its cap, worked examples."""
         call: dict[str, Any] = {}
         if writing["plain_text"]:
-            call["adapter"] = PLAIN_TEXT
+            call["adapter"] = PLAIN_PROSE
             if writing["max_tokens"]:
                 call["config"] = {"max_tokens": writing["max_tokens"]}
         predictor, _ = predictor_of(self.executor)

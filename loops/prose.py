@@ -23,7 +23,7 @@ import dspy
 from loops.adapters import PlainTextAdapter
 from loops.lm import is_embedded
 
-__all__ = ["EMBEDDED_PROSE", "HOSTED_PROSE", "PLAIN_DRAFT", "PLAIN_TEXT", "WORKED_DRAFTS", "ProseDefaults",
+__all__ = ["EMBEDDED_PROSE", "HOSTED_PROSE", "PLAIN_DRAFT", "PLAIN_PROSE", "WORKED_DRAFTS", "ProseDefaults",
            "prose_defaults", "worked_drafts"]
 
 
@@ -40,9 +40,10 @@ class ProseDefaults:
 EMBEDDED_PROSE = ProseDefaults(plain_text=True, examples=True, max_tokens=160)
 HOSTED_PROSE = ProseDefaults(plain_text=False, examples=False)
 
-# One adapter object each, so that the runtime's per-adapter twins are built once.
-PLAIN_TEXT = PlainTextAdapter()  # the signature's first output field (the iterator's, the executor's text)
-PLAIN_DRAFT = PlainTextAdapter("draft")  # the creator is a ChainOfThought: its draft alone, no reasoning
+# One adapter object each, so that the runtime's per-adapter twins are built once. Both drop what imitates
+# the prompt's format ("Here is the improved draft:", a "Feedback: ..." section), which the small model adds.
+PLAIN_PROSE = PlainTextAdapter(strip_format=True)  # the first output field: the iterator's, the executor's text
+PLAIN_DRAFT = PlainTextAdapter("draft", strip_format=True)  # the creator is a ChainOfThought: its draft alone
 
 # Requests in the form `loops refine` users write them (a brief, then its rules) and a text that meets
 # every rule; from the train split of loops.optimize.writing, never from its held-out split.

@@ -146,3 +146,18 @@ def test_an_adapter_of_ones_own_renders_its_system_message_every_call():
     inputs = {"requirements": "r", "draft": "d", "history": dspy.History(messages=[])}
     first, second = (once.format(CriticSignature, [], inputs)[0]["content"] for _ in range(2))
     assert first.endswith("call 1") and second.endswith("call 2")
+
+
+@pytest.mark.parametrize("answer, text", [
+    ("Here is the improved draft:\nA reminder to renew your membership.", "A reminder to renew your membership."),
+    ("A free day at the museum.\n\nFeedback: no factual errors", "A free day at the museum."),
+    ("Improved draft: Rain on the roof\nFeedback: none", "Rain on the roof"),
+    ("Feedback: shorter\nImproved draft: Rain", "Rain"),
+    ("1. Seeds\n2. Soil\n3. Water", "1. Seeds\n2. Soil\n3. Water"),
+    ("Draft: Soft rain", "Soft rain"),  # only labeled sections: the first with text
+])
+def test_strip_format_drops_what_imitates_the_prompt(answer, text):
+    from loops.signatures import IteratorSignature
+
+    assert PlainTextAdapter(strip_format=True).parse(IteratorSignature, answer)["improved_draft"] == text
+    assert PlainTextAdapter().parse(IteratorSignature, answer)["improved_draft"] == answer.strip()
