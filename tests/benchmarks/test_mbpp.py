@@ -12,6 +12,7 @@ from benchmarks.mbpp import (
     failure_category,
     load_tasks,
     main,
+    run_task,
     summarize,
 )
 from loops.code import EMBEDDED_CODE_LOOP, draws
@@ -84,5 +85,28 @@ def test_each_kind_of_candidate_is_drawn_as_the_loop_draws_it_and_tested_on_its_
 
 
 def test_an_unknown_config_is_refused_with_every_choice_named():
-    with pytest.raises(SystemExit, match="choose from single, .*passk, candidates or sNiM"):
+    with pytest.raises(SystemExit, match=r"choose from single, .*passk, candidates, sNiM .* or file:PATH"):
         main(["--configs", "singel"])
+
+
+HARDCODED_ADD = "def add(a, b):\n    if a == 1 and b == 2:\n        return 3\n    return 0\n"
+
+
+@pytest.mark.parametrize("config", ["single", "file"])
+def test_a_pass_that_returns_the_tested_values_is_reported_apart_and_not_counted(config, tmp_path):
+    from loops import ExecuteValidateController
+    from loops.code import Draw
+
+    if config == "file":  # a saved program (e.g. the draws optimizer's), run as saved
+        path = tmp_path / "fix.json"
+        ExecuteValidateController(draws=[Draw()], max_iterations=1, analyst=False).save(path)
+        config = f"file:{path}"
+    with dspy.context(lm=scripted_lm([HARDCODED_ADD, TASKS[0]["code"]])):
+        cheat = run_task(config, TASKS[0])
+        honest = run_task(config, TASKS[0])
+
+    assert (cheat["passed"], cheat["hardcoded"], cheat["failure_category"]) == (
+        False, ["assert add(1, 2) == 3"], "hardcoded")
+    assert (honest["passed"], honest["hardcoded"]) == (True, [])
+    (row,) = summarize([cheat, honest])
+    assert (row["passed"], row["hardcoded"], row["failures"]) == (1, [1], {"hardcoded": 1})
