@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> None:
 
     label = _label(args)
     out = Path(args.out)
-    done = {record["key"] for record in _read([out]) if record["label"] == label}
+    done = {record["key"] for record in _read([out]) if record["label"] == label and record.get("code") == args.code}
     records = critic_records(args.split, args.demos, done) if args.command == "critic" else loop_records(
         args.command, args.split, args.config, args.max_iterations, done)
     out.parent.mkdir(parents=True, exist_ok=True)
