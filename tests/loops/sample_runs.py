@@ -17,7 +17,7 @@ def verdict(met, feedback="more detail"):
 
 
 def refine_run(script=None, **call):
-    lm = scripted_lm(script or [{"reasoning": "r", "draft": "first <draft>"}, verdict(2),
+    lm = scripted_lm(script or [{"reasoning": "r", "draft": "first <i>draft</i>"}, verdict(2),
                                 {"improved_draft": "second draft"}, verdict(3)])
     with dspy.context(lm=lm):
         return CreatorCriticIterator(max_iterations=3)(requirements="A haiku about rain", **call)

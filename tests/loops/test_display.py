@@ -58,7 +58,7 @@ def test_the_html_shows_the_summary_the_trace_table_and_each_history_folded():
     assert "<td>critic</td><td>1</td>" in page and "needs revision (2/3 criteria)" in page
     assert page.count("<details>") == 3
     assert "<b>critic</b>: 2 turn(s)" in page
-    assert "first &lt;draft&gt;" in page and "<draft>" not in page  # the model's text is escaped
+    assert "first &lt;i&gt;draft" in page and "<i>draft" not in page  # the model's text is escaped
 
 
 def test_the_html_lists_warnings_and_the_error_of_a_failed_run():
@@ -87,7 +87,7 @@ def test_a_step_html_shows_its_facts_inputs_and_outputs():
 
     page = step._repr_html_()
 
-    assert "<td>creator</td>" in page and "<b>requirements</b>" in page and "first &lt;draft&gt;" in page
+    assert "<td>creator</td>" in page and "<b>requirements</b>" in page and "first &lt;i&gt;draft" in page
 
 
 def step(role, outputs=None, error=None, tokens=None):

@@ -239,7 +239,7 @@ class Forgetful(CreatorCriticIterator):
 
     def _loop(self, run, requirements, context):
         run.next_iteration()
-        draft = self._create(run, requirements, context).draft  # the generator, not its result
+        draft = self._create(run, requirements, context, self.settings()).draft  # the generator, not its result
         yield from self._review(run, requirements, draft)
         return run.finish("approved")
 
@@ -505,8 +505,8 @@ def embedded_lm(llama):
 def test_a_role_on_the_embedded_model_gets_compact_json_when_no_adapter_is_set():
     llama = FakeLlama()
 
-    with dspy.context(lm=embedded_lm(llama)):
-        result = CreatorCriticIterator(max_iterations=1)(requirements="r", timeout_s=None)
+    with dspy.context(lm=embedded_lm(llama)):  # the creator in JSON too (loops.prose would ask for plain text)
+        result = CreatorCriticIterator(max_iterations=1, plain_text=False)(requirements="r", timeout_s=None)
 
     assert (result.final, result.success, result.lm_calls) == ("a real draft", True, 2)
     for messages, options in llama.calls:
