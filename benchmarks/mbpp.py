@@ -262,17 +262,11 @@ def candidate_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def candidate_kind(draw: Any) -> str:
-    """A draw's name in records and tables: `greedy` or `sampled`, then `+examples` (all of them) or
-    `+example3` (one, numbered from 1), `+frequency_penalty=0.2` (instead of the repeat penalty)."""
-    from loops.code.draws import ALL_EXAMPLES
+    """A draw's name in records and tables (`loops.optimize.draws.kind_name`): `greedy` or `sampled`, then
+    `+examples` (all of them) or `+example3` (one, numbered from 1), `+frequency_penalty=0.2`."""
+    from loops.optimize.draws import kind_name
 
-    parts = ["sampled" if draw.sampled else "greedy"]
-    if draw.examples:
-        parts.append("examples" if draw.examples == ALL_EXAMPLES
-                     else "example" + ",".join(str(index + 1) for index in draw.examples))
-    if draw.frequency_penalty is not None:
-        parts.append(f"frequency_penalty={draw.frequency_penalty}")
-    return "+".join(parts)
+    return kind_name(draw)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -28,8 +28,8 @@ from loops.contracts import CREATOR_CRITIC, verdict_approved, verdict_feedback
 from loops.errors import ConfigurationError
 from loops.junk import is_junk
 from loops.module import LoopModule
-from loops.prose import PLAIN_DRAFT, PLAIN_PROSE, prose_defaults, worked_drafts
-from loops.runtime import RoleCalls, Run, predictor_of
+from loops.prose import prose_call, prose_settings
+from loops.runtime import RoleCalls, Run
 from loops.signatures.creator_critic import CRITERIA, CreatorSignature, CriticSignature, IteratorSignature
 
 __all__ = ["CreatorCriticIterator"]
@@ -90,12 +90,7 @@ class CreatorCriticIterator(LoopModule):
     def settings(self) -> dict[str, Any]:
         """How the built-in creator and iterator write in a run started now: the explicit choices, else
         `loops.prose.prose_defaults` of the creator's model (its own LM, else the context's)."""
-        predictor, _ = predictor_of(getattr(self, "creator", None))
-        defaults = prose_defaults(predictor.lm if predictor is not None and predictor.lm is not None
-                                  else dspy.settings.lm)
-        plain_text = self.plain_text if self.plain_text is not None else defaults.plain_text
-        return {"plain_text": plain_text, "examples": self.examples if self.examples is not None else defaults.examples,
-                "max_tokens": defaults.max_tokens if plain_text else None}
+        return prose_settings(getattr(self, "creator", None), self.plain_text, self.examples)
 
     def _loop(self, run: Run, requirements: str, context: str) -> RoleCalls:
         if not run.next_iteration():
@@ -115,22 +110,11 @@ class CreatorCriticIterator(LoopModule):
                 return run.finish("max_iterations")
             draft = yield from self._revise(run, requirements, draft, verdict, writing)
 
-    def _writing(self, role: str, writing: dict[str, Any]) -> dict[str, Any]:
-        """How the built-in creator or iterator is called: plain text and its cap, worked examples."""
-        call: dict[str, Any] = {}
-        if writing["plain_text"]:
-            call["adapter"] = PLAIN_DRAFT if role == "creator" else PLAIN_PROSE
-            if writing["max_tokens"]:
-                call["config"] = {"max_tokens": writing["max_tokens"]}
-        predictor, _ = predictor_of(getattr(self, role))
-        if role == "creator" and writing["examples"] and predictor is not None and not predictor.demos:
-            call["demos"] = worked_drafts("creator")
-        return call
-
     def _create(self, run: Run, requirements: str, context: str, writing: dict[str, Any]) -> RoleCalls:
         if "creator" in self._builtin:
-            return (yield from run.call("creator", **self._writing("creator", writing), requirements=requirements,
-                                        context=context)).draft
+            written = yield from run.call("creator", **prose_call("creator", self.creator, writing),
+                                          requirements=requirements, context=context)
+            return written.draft
         return (yield from run.call_phase("creator", requirements=requirements, context=context,
                                           iteration=run.iteration))
 
@@ -158,8 +142,9 @@ class CreatorCriticIterator(LoopModule):
         if "iterator" not in self._builtin:
             return (yield from run.call_phase("iterator", requirements=requirements, draft=draft, feedback=verdict,
                                               iteration=run.iteration))
-        revised = yield from run.call("iterator", **self._writing("iterator", writing), requirements=requirements,
-                                      draft=str(draft), feedback=_feedback_for_iterator(verdict))
+        revised = yield from run.call("iterator", **prose_call("iterator", self.iterator, writing),
+                                      requirements=requirements, draft=str(draft),
+                                      feedback=_feedback_for_iterator(verdict))
         return revised.improved_draft
 
 

@@ -29,8 +29,8 @@ from loops.contracts import DIRECTOR, decision, outcome_passed
 from loops.errors import ConfigurationError, RoleFailed
 from loops.junk import is_junk
 from loops.module import LoopModule
-from loops.prose import PLAIN_PROSE, prose_defaults, worked_drafts
-from loops.runtime import RoleCalls, Run, predictor_of
+from loops.prose import prose_call, prose_settings
+from loops.runtime import RoleCalls, Run
 from loops.signatures.director import (
     DirectorSignature,
     EvaluatorSignature,
@@ -94,29 +94,12 @@ class DirectorExecutorEvaluatorController(LoopModule):
     def settings(self) -> dict[str, Any]:
         """How the built-in executor writes in a run started now: the explicit choices, else
         `loops.prose.prose_defaults` of the executor's model (its own LM, else the context's)."""
-        predictor, _ = predictor_of(getattr(self, "executor", None))
-        defaults = prose_defaults(predictor.lm if predictor is not None and predictor.lm is not None
-                                  else dspy.settings.lm)
-        plain_text = self.plain_text if self.plain_text is not None else defaults.plain_text
-        return {"plain_text": plain_text, "examples": self.examples if self.examples is not None else defaults.examples,
-                "max_tokens": defaults.max_tokens if plain_text else None}
-
-    def _writing(self, writing: dict[str, Any]) -> dict[str, Any]:
-        """How the built-in executor is called: plain text and its cap, worked examples."""
-        call: dict[str, Any] = {}
-        if writing["plain_text"]:
-            call["adapter"] = PLAIN_PROSE
-            if writing["max_tokens"]:
-                call["config"] = {"max_tokens": writing["max_tokens"]}
-        predictor, _ = predictor_of(self.executor)
-        if writing["examples"] and predictor is not None and not predictor.demos:
-            call["demos"] = worked_drafts("executor")
-        return call
+        return prose_settings(getattr(self, "executor", None), self.plain_text, self.examples)
 
     def _loop(self, run: Run, initial_input: Any) -> RoleCalls:
         goal = _text(initial_input)
         current = initial_input
-        writing = self._writing(self.settings()) if "executor" in self._builtin else {}
+        writing = prose_call("executor", self.executor, self.settings()) if "executor" in self._builtin else {}
         while run.next_iteration():
             iteration = run.iteration
             plan = yield from self._phase(run, "director", "plan", {"goal": goal, "current_input": _text(current)},

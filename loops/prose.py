@@ -10,21 +10,24 @@ train split of `loops.optimize.writing`'s checkable tasks and measured on its he
 (benchmarks/README.md). On any other model the roles answer as the context's adapter asks, untaught.
 
 `prose_defaults(lm)` is the one rule; `CreatorCriticIterator` and `DirectorExecutorEvaluatorController`
-follow it for the options their caller leaves unset (`plain_text=`, `examples=`).
+follow it for the options their caller leaves unset (`plain_text=`, `examples=`): `prose_settings` settles
+them for a run, `prose_call` says how a writing role is called.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import dspy
 
 from loops.adapters import PlainTextAdapter
 from loops.lm import is_embedded
+from loops.runtime import predictor_of
 
 __all__ = ["EMBEDDED_PROSE", "HOSTED_PROSE", "PLAIN_DRAFT", "PLAIN_PROSE", "WORKED_DRAFTS", "ProseDefaults",
-           "prose_defaults", "worked_drafts"]
+           "prose_call", "prose_defaults", "prose_settings", "worked_drafts"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +77,28 @@ def worked_drafts(role: str) -> tuple[dspy.Example, ...]:
     if role == "executor":
         return tuple(dspy.Example(plan=request, result=text).with_inputs("plan") for request, text in WORKED_DRAFTS)
     raise ValueError(f"no worked drafts for the role {role!r}: creator or executor")
+
+
+def prose_settings(role: Any, plain_text: bool | None, examples: bool | None) -> dict[str, Any]:
+    """How a writing role (the module's attribute `role`) writes in a run started now: the explicit
+    choices, else `prose_defaults` of the role's model (its own LM, else the context's)."""
+    predictor, _ = predictor_of(role)
+    defaults = prose_defaults(predictor.lm if predictor is not None and predictor.lm is not None else dspy.settings.lm)
+    plain = plain_text if plain_text is not None else defaults.plain_text
+    return {"plain_text": plain, "examples": examples if examples is not None else defaults.examples,
+            "max_tokens": defaults.max_tokens if plain else None}
+
+
+def prose_call(name: str, role: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """The options of `Run.call` for the built-in writing role `name` (`creator`, `iterator`, `executor`):
+    plain text and its cap, and for the creator and the executor the worked examples, unless the role
+    has demos of its own (an optimized one)."""
+    call: dict[str, Any] = {}
+    if settings["plain_text"]:
+        call["adapter"] = PLAIN_DRAFT if name == "creator" else PLAIN_PROSE
+        if settings["max_tokens"]:
+            call["config"] = {"max_tokens": settings["max_tokens"]}
+    predictor, _ = predictor_of(role)
+    if name in ("creator", "executor") and settings["examples"] and predictor is not None and not predictor.demos:
+        call["demos"] = worked_drafts(name)
+    return call
