@@ -347,3 +347,13 @@ def test_mipro_is_refused_on_the_embedded_model_naming_optimizers_that_fit():
     # The LM is built lazily: nothing is loaded, nothing is asked.
     with dspy.context(lm=local_lm()), pytest.raises(ConfigurationError, match=refusal):
         loops.optimize.run(CreatorCriticIterator(), trainset, valset, optimizer="mipro", progress=False)
+
+
+def test_mipro_on_the_embedded_model_is_accepted_with_a_capable_model_to_propose_with():
+    from loops.lm import local_lm
+    from loops.optimize.optimizers import build
+
+    proposer = universal_lm()
+    with dspy.context(lm=local_lm()):  # nothing is loaded: building the optimizer asks no LM
+        teleprompter, _, settings = build("mipro", creator_critic_metric, learn_sets()[0], {"prompt_model": proposer})
+    assert teleprompter.prompt_model is proposer and settings["prompt_model"] == proposer.model
