@@ -341,8 +341,9 @@ class ShellValidator:
         clean_env: bool = False,
         env: Mapping[str, str] | None = None,
     ):
-        if not _is_seconds(timeout_s):
-            raise ConfigurationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        if not _is_seconds(timeout_s) or timeout_s == float("inf"):
+            # NaN included: it compares false with everything, so it would never time out nor cap the run's time.
+            raise ConfigurationError(f"timeout_s must be a positive, finite number of seconds, got {timeout_s!r}")
         if isinstance(max_output_chars, bool) or not isinstance(max_output_chars, int) or max_output_chars < 0:
             raise ConfigurationError(f"max_output_chars must be >= 0, got {max_output_chars!r}")
         if workspace is not None and not isinstance(workspace, Workspace):

@@ -66,7 +66,7 @@ def _describe(value: Any) -> str:
 
 # Integers inside (-2**63, 2**63) are under every allowed cap (`MIN_INT_DIGITS`): the fast paths of
 # arithmetic compare with these bounds and look at the cap only beyond them.
-_SMALL_INT = 2**63
+_SMALL_INT, _MINUS_SMALL_INT = 2**63, -(2**63)
 
 
 def _checked_int(name: str, value: Any) -> Any:
@@ -136,7 +136,7 @@ def _text(name: str, value: Any) -> str:
 def add(*args: Any) -> Any:
     if len(args) == 2 and type(args[0]) in _PLAIN_NUMBERS and type(args[1]) in _PLAIN_NUMBERS:
         result = args[0] + args[1]
-        return result if -_SMALL_INT < result < _SMALL_INT else _checked_int("+", result)
+        return result if _MINUS_SMALL_INT < result < _SMALL_INT else _checked_int("+", result)
     _numbers("+", args)
     result = 0
     for value in args:
@@ -148,7 +148,7 @@ def add(*args: Any) -> Any:
 def subtract(*args: Any) -> Any:
     if len(args) == 2 and type(args[0]) in _PLAIN_NUMBERS and type(args[1]) in _PLAIN_NUMBERS:
         result = args[0] - args[1]
-        return result if -_SMALL_INT < result < _SMALL_INT else _checked_int("-", result)
+        return result if _MINUS_SMALL_INT < result < _SMALL_INT else _checked_int("-", result)
     _numbers("-", args, at_least=1)
     if len(args) == 1:
         return -args[0]
