@@ -1,9 +1,11 @@
 """Execute–Validate–Controller through its public surface: scripted LMs per role, real commands."""
 
 import asyncio
+import contextlib
 import os
 import re
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -449,19 +451,26 @@ def test_a_test_command_that_leaves_a_process_running_outside_its_group_is_kille
     command = shlex.join(["sh", "-c", f"setsid sleep {marker} >/dev/null 2>&1 & sleep 0.2; {CHECK_ODD}"])
     module, lms = loop_with([wrote(GOOD)], [analysed()], workspace=str(tmp_path))
 
-    result = module(initial_input="write odd_list", test_command=command)
+    try:
+        result = module(initial_input="write odd_list", test_command=command)
+    finally:
+        survivors = _killed(marker)
 
     assert result.success
     assert any("left its process group; they were killed when it ended: pid " in warning and marker in warning
                for warning in result.warnings), result.warnings
-    assert not [name for name in os.listdir("/proc") if name.isdigit() and _holds(name, marker)]
+    assert survivors == []
 
 
-def _holds(pid: str, marker: str) -> bool:
-    try:
-        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+def _killed(marker: str) -> list[int]:
+    """The processes whose command line holds `marker`, killed (a test never leaves one running)."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                found.append(int(name))
+                os.kill(int(name), signal.SIGKILL)
+    return found
 
 
 def test_a_custom_executor_without_files_is_rejected_when_the_builtin_validator_needs_them(tmp_path):

@@ -1,6 +1,8 @@
+import contextlib
 import os
 import re
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -176,18 +178,25 @@ def test_the_shell_tool_reports_and_kills_a_process_that_escapes_its_group(tmp_p
     marker = f"{80 + os.getpid() % 1000}.{time.monotonic_ns() % 10**9}"
     interpreter = shell(workspace=tmp_path)
     command = _quoted(shlex.join(["sh", "-c", f"setsid sleep {marker} >/dev/null 2>&1 & sleep 0.2"]))
-    result = interpreter.eval_source(f"(system:execute_shell_command (command {command}))")
+    try:
+        result = interpreter.eval_source(f"(system:execute_shell_command (command {command}))")
+    finally:
+        survivors = _killed(marker)
     assert len(result["escaped"]) == 1 and marker in result["escaped"][0]
     assert any("left its process group; they were killed when it ended" in warning
                for warning in interpreter.warnings)
-    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_holds(pid, marker)]
+    assert survivors == []
 
 
-def _cmdline_holds(pid, marker):
-    try:
-        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+def _killed(marker):
+    """The processes whose command line holds `marker`, killed (a test never leaves one running)."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                found.append(int(name))
+                os.kill(int(name), signal.SIGKILL)
+    return found
 
 
 def test_the_shell_tools_timeout_is_capped_to_the_time_the_program_has_left():
