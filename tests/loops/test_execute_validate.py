@@ -1,14 +1,10 @@
 """Execute–Validate–Controller through its public surface: scripted LMs per role, real commands."""
 
 import asyncio
-import contextlib
-import os
 import re
 import shlex
-import signal
 import sys
 import time
-from pathlib import Path
 
 import dspy
 import pytest
@@ -27,6 +23,7 @@ from loops import (
 from loops.code.python import align_names, extract_code, failure_digest, names_the_tests_miss
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from loops.signatures.results import ControllerDecision, TaskResult, ValidationResult
+from tests.processes import killed, unique_marker
 from tests.scripted import Phase, calls, request_text, scripted_lm
 
 NO_WAIT = RetryPolicy(backoff_s=0)
@@ -447,30 +444,19 @@ def test_a_target_file_whose_name_starts_with_two_dots_is_a_file_inside_the_work
 
 
 def test_a_test_command_that_leaves_a_process_running_outside_its_group_is_killed_with_a_warning(tmp_path):
-    marker = f"{70 + os.getpid() % 1000}.{time.monotonic_ns() % 10**9}"
+    marker = unique_marker()
     command = shlex.join(["sh", "-c", f"setsid sleep {marker} >/dev/null 2>&1 & sleep 0.2; {CHECK_ODD}"])
     module, lms = loop_with([wrote(GOOD)], [analysed()], workspace=str(tmp_path))
 
     try:
         result = module(initial_input="write odd_list", test_command=command)
     finally:
-        survivors = _killed(marker)
+        survivors = killed(marker)
 
     assert result.success
     assert any("left its process group; they were killed when it ended: pid " in warning and marker in warning
                for warning in result.warnings), result.warnings
     assert survivors == []
-
-
-def _killed(marker: str) -> list[int]:
-    """The processes whose command line holds `marker`, killed (a test never leaves one running)."""
-    found = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
-                found.append(int(name))
-                os.kill(int(name), signal.SIGKILL)
-    return found
 
 
 def test_a_custom_executor_without_files_is_rejected_when_the_builtin_validator_needs_them(tmp_path):

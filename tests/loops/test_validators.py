@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import os
 import shlex
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ from loops.validators import (
     Workspace,
     parse_pytest_counts,
 )
+from tests.processes import alive, killed, processes_with, unique_marker
 
 PY = shlex.quote(sys.executable)
 
@@ -32,15 +31,6 @@ PY = shlex.quote(sys.executable)
 def py(code: str, *args: str) -> str:
     """A portable command line running `code` with this interpreter."""
     return shlex.join([sys.executable, "-c", code, *args])
-
-
-def process_alive(pid: int) -> bool:
-    """True while `pid` runs; a zombie (killed, not yet reaped by init) counts as gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 # --- Workspace -----------------------------------------------------------------------------------
@@ -211,9 +201,9 @@ def test_hanging_command_and_its_children_are_killed_at_the_timeout():
         assert result.stdout == "started\n", "output printed before the timeout is kept"
         child_pid = int(workspace.read("child.pid")["child.pid"])
     deadline = time.monotonic() + 3
-    while process_alive(child_pid) and time.monotonic() < deadline:
+    while alive(child_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not process_alive(child_pid), "the child of the timed-out command must be killed too"
+    assert not alive(child_pid), "the child of the timed-out command must be killed too"
 
 
 def test_background_process_left_behind_does_not_block():
@@ -221,17 +211,6 @@ def test_background_process_left_behind_does_not_block():
     result = ShellValidator(shell=True, timeout_s=30)("sleep 30 & echo done", 0)
     assert time.monotonic() - started < 5
     assert (result.exit_code, result.stdout, result.error) == (0, "done\n", None)
-
-
-def processes_with(marker: str) -> list[int]:
-    """The live processes whose command line holds `marker`."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            with contextlib.suppress(OSError):
-                if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes() and process_alive(int(name)):
-                    found.append(int(name))
-    return found
 
 
 # Ways a test command's descendant leaves its process group and survives the command: each writes the
@@ -258,14 +237,11 @@ def escape(request, tmp_path):
     and fails the test if there was one."""
     if shutil.which("setsid") is None or not sys.platform.startswith("linux"):
         pytest.skip("needs Linux and setsid(1)")
-    marker = f"{60 + os.getpid() % 1000}.{time.monotonic_ns() % 10**9}"
+    marker = unique_marker()
     pid_file = str(tmp_path / "escaped.pid")
     fragment = ESCAPES[request.param].replace("{sleep}", f"sleep {marker}").replace("PID", pid_file)
     yield f"{fragment} while [ ! -e {shlex.quote(pid_file)} ]; do sleep 0.01; done;", marker
-    survivors = processes_with(marker)
-    for pid in survivors:
-        os.kill(pid, signal.SIGKILL)
-    assert survivors == [], "an escaped process was left running"
+    assert killed(marker) == [], "an escaped process was left running"
 
 
 @pytest.mark.parametrize("escape", ESCAPES, indirect=True)

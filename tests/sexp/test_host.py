@@ -1,11 +1,7 @@
-import contextlib
-import os
 import re
 import shlex
-import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -24,6 +20,7 @@ from loops.sexp import (
     shell_command_tool,
 )
 from loops.validators import SAFE_ENVIRONMENT
+from tests.processes import killed, unique_marker
 
 
 def test_a_tool_takes_named_arguments_written_as_name_value_pairs():
@@ -175,28 +172,17 @@ def test_the_shell_tool_with_an_allowlist_runs_only_those_executables(tmp_path):
 
 
 def test_the_shell_tool_reports_and_kills_a_process_that_escapes_its_group(tmp_path):
-    marker = f"{80 + os.getpid() % 1000}.{time.monotonic_ns() % 10**9}"
+    marker = unique_marker()
     interpreter = shell(workspace=tmp_path)
     command = _quoted(shlex.join(["sh", "-c", f"setsid sleep {marker} >/dev/null 2>&1 & sleep 0.2"]))
     try:
         result = interpreter.eval_source(f"(system:execute_shell_command (command {command}))")
     finally:
-        survivors = _killed(marker)
+        survivors = killed(marker)
     assert len(result["escaped"]) == 1 and marker in result["escaped"][0]
     assert any("left its process group; they were killed when it ended" in warning
                for warning in interpreter.warnings)
     assert survivors == []
-
-
-def _killed(marker):
-    """The processes whose command line holds `marker`, killed (a test never leaves one running)."""
-    found = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
-                found.append(int(name))
-                os.kill(int(name), signal.SIGKILL)
-    return found
 
 
 def test_the_shell_tools_timeout_is_capped_to_the_time_the_program_has_left():
