@@ -15,10 +15,9 @@ defaults per model) live in `loops.code`; this module is the pattern.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 import dspy
@@ -35,7 +34,7 @@ from loops.module import LoopModule
 from loops.runtime import RoleCalls, Run, predictor_of
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
-from loops.validators import ShellValidator, Workspace
+from loops.validators import ShellValidator, Workspace, workspace_path
 
 __all__ = ["ExecuteValidateController"]
 
@@ -213,12 +212,18 @@ class ExecuteValidateController(LoopModule):
             raise ConfigurationError("initial_input is None: give the task (a str, or a dict with a 'prompt' str)")
         if self._builtin_executor:
             target = code_request(initial_input).target_file or self.target_file
-            if isinstance(self.workspace, Workspace):
-                self.workspace.resolve(target)
-            elif PurePath(target).is_absolute() or os.path.normpath(target).startswith(".."):
-                raise ConfigurationError(f"target file {target!r} is outside the workspace: give a path inside it")
+            try:
+                workspace_path(self._workspace_root(), target)
+            except ConfigurationError as error:
+                raise ConfigurationError(f"the target file cannot be written: {error}") from None
         if self.validator is None:
             self._shell.check(test_command)
+
+    def _workspace_root(self) -> Path | None:
+        """The resolved directory the runs write into, None when each run gets a fresh temporary one."""
+        if isinstance(self.workspace, Workspace):
+            return self.workspace.path
+        return None if self.workspace is None else Path(self.workspace).expanduser().resolve()
 
     @contextlib.contextmanager
     def _run_workspace(self) -> Iterator[Workspace]:
@@ -345,7 +350,11 @@ class ExecuteValidateController(LoopModule):
 
         def validator(test_command: str, iteration: int) -> ValidationResult:
             left = run.time_left()
-            return shell.run(test_command, timeout_s=None if left is None else max(left, 0.1))
+            result = shell.run(test_command, timeout_s=None if left is None else max(left, 0.1))
+            if result.escaped:
+                run.warn(f"iteration {iteration}: the test command started processes that left its process group; "
+                         f"they were killed when it ended: {'; '.join(result.escaped)}")
+            return result
 
         return validator
 

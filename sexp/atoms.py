@@ -34,9 +34,9 @@ import dspy
 from pydantic import BaseModel
 
 from loops.context import current_run
-from loops.errors import RoleFailed
+from loops.errors import ConfigurationError, RoleFailed
 from loops.profile import adapter_for
-from loops.sexp.errors import ArityError
+from loops.sexp.errors import ArityError, DslValueError
 from loops.sexp.evaluator import Analyzer, Env, Evaluation, Exec, special_form
 from loops.sexp.reader import Node
 from loops.sexp.values import NIL, Symbol, to_dsl, to_source
@@ -182,6 +182,9 @@ def _fields(analyzer: Analyzer, clause: Node, what: str, optional: set[str] | No
             raise analyzer.syntax_error(f"unknown type '{kind}' (the types: {' '.join(TYPES)})", entry[1])
         if name in (entry for entry, _ in found):
             raise analyzer.syntax_error(f"{what} '{name}' is given twice", entry[0])
+        if not _field_name(name).isidentifier() or _field_name(name).startswith("_"):
+            raise analyzer.syntax_error(f"'{name}' cannot name a {what}: it becomes a signature's field, whose name "
+                                        "starts with a letter (then letters, digits, - and _)", entry[0])
         if _field_name(name) == "history":
             raise analyzer.syntax_error(f"'history' is the atom's own history input: give the {what} another name",
                                         entry[0])
@@ -261,7 +264,10 @@ def _defatom(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
     if "model" in clauses:
         from loops.lm import resolve  # checked now: an unknown model fails before the program runs
 
-        lm = resolve(_string(analyzer, clauses["model"]))
+        try:
+            lm = resolve(_string(analyzer, clauses["model"]))
+        except ConfigurationError as error:
+            raise DslValueError(str(error), clauses["model"].value[1]) from None
     atom = Atom(name, params, instructions, outputs, description, lm,
                 structured="output_format" in clauses or "returns" in clauses, optional=frozenset(optional))
     # Later forms call it with named arguments, and a compiled program lists it among its predictors.

@@ -67,7 +67,7 @@ from loops.sexp.evaluator import (
     special_form,
 )
 from loops.sexp.reader import Node
-from loops.sexp.values import NIL, to_dsl, to_source
+from loops.sexp.values import NIL, Symbol, to_dsl, to_source
 
 __all__ = ["LOOP_FORMS"]
 
@@ -183,8 +183,11 @@ def _takes(closure: Closure) -> str:
 def _decision(clause: Node) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if type(value) is tuple and len(value) == 2 and isinstance(value[0], str) and value[0] in ("continue", "stop"):
-            return (str(value[0]), value[1])
-        raise DslValueError(f"the controller returned {to_source(value)[:80]}, which is not a decision: "
+            if type(value[0]) is Symbol:
+                return (str(value[0]), value[1])
+            raise DslValueError(f"the controller returned {to_source(value, limit=81)[:80]}: a decision starts with "
+                                f"a symbol, not a string; write (list '{value[0]} ...)", clause)
+        raise DslValueError(f"the controller returned {to_source(value, limit=81)[:80]}, which is not a decision: "
                             f"expected {_DECISION}", clause)
     return check
 
@@ -205,6 +208,12 @@ def _iterations(value: Any, clause: Node) -> int:
         raise DslValueError(f"max-iterations must be an integer from 0 to {MAX_ITERATIONS_CAP}, got "
                             f"{to_source(value)}", clause)
     return value
+
+
+def _test_command(value: Any, clause: Node) -> None:
+    if type(value) is not str:
+        raise DslTypeError(f"test-command must be a string, the command the validator runs (e.g. "
+                           f"\"python -m pytest -q\"), got {to_source(value, limit=81)[:80]}", clause)
 
 
 def _budget(max_iterations: int, ev: Evaluation, node: Node) -> Budget:
@@ -289,6 +298,8 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
             ev.tick(node)
             values = {key: clauses[key][1](env, ev) for key in value_clauses}
             max_iterations = _iterations(values["max-iterations"], clauses["max-iterations"][0])
+            if "test-command" in values:
+                _test_command(values["test-command"], clauses["test-command"][0])
             config = {key: values[key] for key in value_clauses}
             phases = {}
             for role in form.contracts:

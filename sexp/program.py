@@ -40,11 +40,11 @@ from loops.module import LoopModule
 from loops.runtime import RoleCalls, Run
 from loops.sexp.atoms import atom_predictors
 from loops.sexp.errors import LimitExceeded
-from loops.sexp.evaluator import Env, Limits
+from loops.sexp.evaluator import Env, Limits, out_of_memory
 from loops.sexp.interpreter import Interpreter
 from loops.sexp.values import to_dsl
 
-__all__ = ["SexpProgram", "compile"]
+__all__ = ["SexpProgram", "compile", "read_program"]
 
 
 class SexpProgram(LoopModule):
@@ -104,6 +104,8 @@ class SexpProgram(LoopModule):
                         ev.value = run_form(env, ev)
                     except RecursionError:  # a DSL error, not a failed phase for the runtime to retry
                         raise LimitExceeded("recursion too deep for Python's stack", node, limit="max_depth") from None
+                    except MemoryError:
+                        raise out_of_memory(node) from None
         finally:
             atom_predictors.reset(token)
             run = current_run()
@@ -130,6 +132,23 @@ def _call_options(inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     return options, inputs
 
 
+def read_program(path: Path) -> str:
+    """The text of the DSL program at `path`; a file that cannot be read, or that is not UTF-8 text, is a
+    one-line `ConfigurationError` naming the file and the position of the first bad byte."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the DSL program {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = len(data[line_start:exc.start].decode("utf-8", "replace")) + 1
+        raise ConfigurationError(f"{path}:{line}:{column}: the DSL program is not UTF-8 text (byte "
+                                 f"0x{data[exc.start]:02x} cannot be read); save it as UTF-8") from None
+
+
 def compile(source_or_path: str | os.PathLike[str], tools: Mapping[str, Callable[..., Any]] | None = None,
             context: Callable[..., Any] | None = None, **options: Any) -> SexpProgram:
     """Read and analyse a DSL program (its text, or the path of a `.sexp` file) into a `SexpProgram`.
@@ -144,11 +163,7 @@ def compile(source_or_path: str | os.PathLike[str], tools: Mapping[str, Callable
     if isinstance(source_or_path, os.PathLike) or (
             isinstance(source_or_path, str) and source_or_path.endswith(".sexp") and "\n" not in source_or_path):
         path = Path(source_or_path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigurationError(f"cannot read the DSL program {str(path)!r}: {exc.strerror or exc}") from None
-        return SexpProgram(text, str(path), tools=tools, context=context, **options)
+        return SexpProgram(read_program(path), str(path), tools=tools, context=context, **options)
     if not isinstance(source_or_path, str):
         raise ConfigurationError(f"compile takes DSL source text or a path, got {type(source_or_path).__name__}")
     return SexpProgram(source_or_path, tools=tools, context=context, **options)

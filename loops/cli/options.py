@@ -161,7 +161,7 @@ def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Modu
     """The program a command runs: the saved one at `program` (checked to be of `kind`; `arguments` given
     override its own), or a new one of `kind` built with `arguments`. None means "not given"."""
     from loops.saving import load
-    from loops.sexp.program import SexpProgram
+    from loops.sexp.program import SexpProgram, read_program
 
     arguments = {name: value for name, value in arguments.items() if value is not None}
     expected = KINDS.get(kind)
@@ -175,7 +175,7 @@ def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Modu
             raise ConfigurationError(f"--program {str(program)!r} is a {type(loaded).__name__}, not a "
                                      f"{(expected or SexpProgram).__name__}: give it to `loops "
                                      f"{_command_of(loaded)}` instead")
-        if expected is None and Path(kind).read_text(encoding="utf-8") != loaded.source:
+        if expected is None and read_program(Path(kind)) != loaded.source:
             raise ConfigurationError(f"--program {str(program)!r} was compiled from another text than {kind!r}: "
                                      "give the .sexp file it was optimized from")
         return loaded

@@ -57,12 +57,19 @@ def run_program(
     saved: Annotated[Path | None, typer.Option(
         "--program", help="Run a saved program compiled from this file (loops optimize FILE.sexp --out): its "
         "atoms' demos and instructions")] = None,
+    allow_shell: Annotated[bool, typer.Option(
+        "--allow-shell", help="Grant the program the shell tool (system:execute_shell_command): it may then run "
+        "any command as you, in the workspace, with a minimal environment (no API keys)")] = False,
+    allow_executable: Annotated[list[str] | None, typer.Option(
+        "--allow-executable", metavar="NAME", help="Grant the shell tool for this executable only (repeatable): a "
+        "command whose first word is not one of them is refused")] = None,
 ) -> None:
     """Run an S-expression program (see docs/dsl.md); its atoms use --model.
 
     Exit codes as for the loops: 1 when a limit stopped the program (its LM budget, or its steps, wall
-    clock or recursion depth, shown with the form's position), 2 for an error in the program (shown
-    with its line and a caret)."""
+    clock, recursion depth, size caps or memory, shown with the form's position), 2 for an error in the
+    program (shown with its line and a caret; a program that names the shell tool without
+    --allow-shell is one)."""
     from loops.sexp import DslError, LimitExceeded, Limits, compile, to_source
 
     bindings = _bindings(assignments or [])
@@ -72,6 +79,7 @@ def run_program(
                                  "--run-id (or --token-budget, --max-cost, --timeout), or another variable name")
     bindings.update(run.recording())
     options = {"workspace": workspace, "limits": Limits(timeout_s=run.timeout),
+               "tools": _granted_tools(allow_shell, allow_executable),
                "budget": Budget(max_iterations=1, timeout_s=run.timeout, max_tokens=run.token_budget,
                                 max_cost_usd=run.max_cost)}
     try:
@@ -100,6 +108,18 @@ def run_program(
     if result.stop_reason == "error":
         raise typer.Exit(EXIT_RUN_FAILED)
     raise typer.Exit(EXIT_SUCCESS if result.success else EXIT_NO_SUCCESS)
+
+
+def _granted_tools(allow_shell: bool, executables: list[str] | None) -> dict[str, Any] | None:
+    """The shell tool when --allow-shell or --allow-executable grants it (the latter, for those executables)."""
+    from loops.sexp import shell_command_tool
+
+    if allow_shell and executables:
+        raise ConfigurationError("give --allow-shell (any executable) or --allow-executable NAME (only those), "
+                                 "not both")
+    if not allow_shell and not executables:
+        return None
+    return {"system:execute_shell_command": shell_command_tool(executables=executables or None)}
 
 
 class _ConsoleLog(logging.Handler):

@@ -12,6 +12,7 @@ import pytest
 
 from loops.lm import local_lm
 from loops.sexp import compile as compile_program
+from loops.sexp import shell_command_tool
 from tests.scripted import request_text, scripted_lm
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -24,6 +25,8 @@ def coding_loop(tmp_path: Path) -> dict:
                                             "    assert greet('Ada') == 'Hello, Ada!'\n")
     right = "def greet(name):\n    return f'Hello, {name}!'"
     return {
+        # The validator runs the tests through the shell tool: granted, for the one executable it needs.
+        "tools": {"system:execute_shell_command": shell_command_tool(executables=[sys.executable])},
         "bindings": {"goal": "Define greet(name) returning 'Hello, NAME!'", "file": "greet.py",
                      "test-command": shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])},
         "answers": [{"steps": "Write greet(name)"},

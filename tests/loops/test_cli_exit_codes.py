@@ -90,7 +90,7 @@ def test_an_unknown_model_exits_2_before_any_lm_call():
 def test_a_configuration_error_found_when_the_run_starts_exits_2(scripted, tmp_path):
     outcome = invoke("fix", "x", "-t", CHECK_ADD, "--workspace", str(tmp_path), "--target-file", "../outside.py")
 
-    assert_one_line_error(outcome, "'../outside.py'", "outside the workspace")
+    assert_one_line_error(outcome, "'../outside.py'", "escapes the workspace root")
     assert sum(calls(lm) for lm in scripted.lms) == 0
     assert not (tmp_path.parent / "outside.py").exists()
 

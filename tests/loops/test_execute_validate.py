@@ -23,6 +23,7 @@ from loops import (
 from loops.code.python import align_names, extract_code, failure_digest, names_the_tests_miss
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from loops.signatures.results import ControllerDecision, TaskResult, ValidationResult
+from tests.processes import killed, unique_marker
 from tests.scripted import Phase, calls, request_text, scripted_lm
 
 NO_WAIT = RetryPolicy(backoff_s=0)
@@ -385,9 +386,12 @@ async def test_async_phases_are_awaited_by_aforward():
 @pytest.mark.parametrize(("options", "inputs", "error", "message"), [
     ({}, {"initial_input": None}, ConfigurationError, "initial_input is None"),
     ({}, {"initial_input": 42}, ConfigurationError, "the built-in executor needs a str or a dict"),
-    ({"target_file": "../outside.py"}, {}, ConfigurationError, "target file '../outside.py' is outside the workspace"),
+    ({"target_file": "../outside.py"}, {}, ConfigurationError,
+     "the target file cannot be written: workspace file path '../outside.py' escapes the workspace root"),
     ({}, {"initial_input": {"prompt": "t", "target_file": "/etc/solution.py"}}, ConfigurationError,
-     "outside the workspace"),
+     "workspace file path '/etc/solution.py' is absolute"),
+    ({"target_file": "pkg/"}, {}, ConfigurationError, "'pkg/' ends with a separator, so it names a directory"),
+    ({}, {"test_command": 123}, ConfigurationError, "the test command must be a string, got 123 (int)"),
     ({}, {"test_command": "no-such-executable-xyz --run"}, CommandNotFoundError,
      "executable 'no-such-executable-xyz' not found on PATH"),
 ])
@@ -409,6 +413,50 @@ def test_a_target_file_outside_a_given_workspace_raises_before_any_lm_call(tmp_p
 
     assert call_counts(lms) == {"executor": 0, "analyst": 0}
     assert not (tmp_path / "escaped.py").exists()
+
+
+def test_a_target_file_reached_through_a_symlink_out_of_a_path_workspace_raises_before_any_lm_call(tmp_path):
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (workspace / "link").symlink_to(outside)
+    module, lms = loop_with([wrote(GOOD)], [analysed()], workspace=str(workspace), target_file="link/solution.py")
+
+    with pytest.raises(ConfigurationError,
+                       match=r"'link/solution.py' escapes the workspace root .* \(through a symlink\)"):
+        module(initial_input="write odd_list", test_command=CHECK_ODD)
+
+    assert call_counts(lms) == {"executor": 0, "analyst": 0}
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("workspace", ["a path", "a temporary one"])
+def test_a_target_file_whose_name_starts_with_two_dots_is_a_file_inside_the_workspace(tmp_path, workspace):
+    module, lms = loop_with([wrote(GOOD)], [analysed()], workspace=str(tmp_path) if workspace == "a path" else None,
+                            target_file="..sol.py")
+
+    result = module(initial_input="write odd_list",
+                    test_command=py("import runpy; assert runpy.run_path('..sol.py')['odd_list']([1, 2, 3]) == [1, 3]"))
+
+    assert result.success and call_counts(lms)["executor"] == 1
+    if workspace == "a path":
+        assert (tmp_path / "..sol.py").read_text() == GOOD
+
+
+def test_a_test_command_that_leaves_a_process_running_outside_its_group_is_killed_with_a_warning(tmp_path):
+    marker = unique_marker()
+    command = shlex.join(["sh", "-c", f"setsid sleep {marker} >/dev/null 2>&1 & sleep 0.2; {CHECK_ODD}"])
+    module, lms = loop_with([wrote(GOOD)], [analysed()], workspace=str(tmp_path))
+
+    try:
+        result = module(initial_input="write odd_list", test_command=command)
+    finally:
+        survivors = killed(marker)
+
+    assert result.success
+    assert any("left its process group; they were killed when it ended: pid " in warning and marker in warning
+               for warning in result.warnings), result.warnings
+    assert survivors == []
 
 
 def test_a_custom_executor_without_files_is_rejected_when_the_builtin_validator_needs_them(tmp_path):

@@ -8,7 +8,7 @@ import dspy
 import pytest
 from pydantic import BaseModel
 
-from loops.sexp import ArityError, Atom, DslSyntaxError, Interpreter
+from loops.sexp import ArityError, Atom, DslSyntaxError, DslValueError, Interpreter
 from tests.scripted import scripted_lm
 
 ANALYZE = """(defatom user:analyze
@@ -90,11 +90,12 @@ def test_malformed_atoms_are_syntax_errors_before_anything_runs(source, message)
         Interpreter().analyze(source)
 
 
-def test_an_unknown_model_fails_when_the_program_is_read():
-    from loops import ConfigurationError
-
-    with pytest.raises(ConfigurationError):
-        Interpreter().analyze('(defatom a (instructions "x") (model "nosuchprovider/model"))')
+def test_an_unknown_model_fails_when_the_program_is_read_at_its_position():
+    with pytest.raises(DslValueError) as caught:
+        Interpreter().analyze('(defatom a (instructions "x")\n  (model "nosuchprovider/model"))', "m.sexp")
+    assert str(caught.value) == ("m.sexp:2:10: unknown model 'nosuchprovider/model': LiteLLM knows no provider for "
+                                 "it; use 'local' (the embedded model) or a LiteLLM model string such as "
+                                 "'openai/gpt-4o-mini'\n      (model \"nosuchprovider/model\"))\n             ^")
 
 
 def test_an_optional_parameter_may_be_left_out_and_travels_as_none():
