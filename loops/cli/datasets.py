@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import dspy
 import typer
 
 from loops.cli.options import ModelChoice, console, load_program, name_value_pairs, with_options
 from loops.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import dspy
 
 __all__ = ["batch_command", "eval_command", "load_examples", "load_sets", "optimize_command"]
 
@@ -99,6 +101,8 @@ def optimize_command(
     threads: ThreadsOption = 1,
 ) -> None:
     """Score a loop on the validation examples, optimize it on the training ones, score it again, save it."""
+    import dspy
+
     import loops.optimize
 
     if out.suffix != ".json":
@@ -126,6 +130,8 @@ def eval_command(
     threads: ThreadsOption = 1,
 ) -> None:
     """Score a loop (or a saved one, --program) on the validation examples of --data."""
+    import dspy
+
     import loops.optimize
 
     module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
@@ -156,6 +162,8 @@ def batch_command(
     samples: SamplesOption = None,
 ) -> None:
     """Run a loop on every example of --data, many at once, streaming one result per line to --out."""
+    import dspy
+
     import loops.batch
     from loops.optimize.runner import default_metric
 

@@ -9,8 +9,6 @@ import typer
 
 from loops.cli.options import ModelChoice, Policy, RunOptions, console, load_program, with_options
 from loops.cli.progress import report, run_with_progress
-from loops.code.defaults import code_loop_defaults
-from loops.validators import ShellValidator
 
 __all__ = ["direct", "fix", "refine"]
 
@@ -70,6 +68,9 @@ def fix(
     """Execute–Validate–Controller: write code, run the tests, repeat until they pass.
 
     Unset options follow the model (loops.code.code_loop_defaults)."""
+    from loops.code.defaults import code_loop_defaults
+    from loops.validators import ShellValidator
+
     ShellValidator(workspace=workspace).check(test_command)
     lm = choice.resolve()
     if max_iterations is None and program is None:

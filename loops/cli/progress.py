@@ -7,9 +7,8 @@ import json
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import dspy
 import typer
 from rich.console import Group
 from rich.live import Live
@@ -20,7 +19,11 @@ from rich.table import Table
 from loops.cli.options import EXIT_NO_SUCCESS, EXIT_RUN_FAILED, EXIT_SUCCESS, ModelChoice, console
 from loops.context import observing
 from loops.errors import ConfigurationError
-from loops.runtime import Step
+
+if TYPE_CHECKING:
+    import dspy
+
+    from loops.runtime import Step
 
 __all__ = ["LiveProgress", "open_trace", "report", "run_with_progress"]
 
@@ -72,6 +75,8 @@ def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoic
     A wrong `--model` (or option of it) or an unwritable `--trace` raises `ConfigurationError` before
     any LM call.
     """
+    import dspy
+
     from loops.lm import resolve
 
     lm = model.resolve() if isinstance(model, ModelChoice) else resolve(model)
