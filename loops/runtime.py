@@ -65,7 +65,7 @@ StopReason = Literal["approved", "stopped", "completed", "no_progress", "max_ite
                      "lm_calls", "tokens", "cost", "error"]
 STOP_REASONS: Mapping[str, str] = {
     "approved": "the critic approved the draft (Creator–Critic–Iterator)",
-    "stopped": "the controller decided to stop (Execute–Validate, Director)",
+    "stopped": "the controller decided to stop, or the evaluator passed the result (Execute–Validate, Director)",
     "completed": "the program ran to its end (a DSL program, loops.sexp.compile)",
     "no_progress": "every candidate of an iteration repeated code already tried (Execute–Validate)",
     "max_iterations": "the iteration budget ran out",

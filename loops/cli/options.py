@@ -80,7 +80,7 @@ class ModelChoice:
     adapter: Annotated[AdapterName | None, typer.Option(
         "--adapter", help="How roles ask for structured answers: 'chat' (DSPy's field markers), 'json' (a JSON "
         "object; the output schema goes to the server), 'compact' (JSON without a template of placeholders) "
-        "[default: compact for 'local', else chat]")] = None
+        "[default: compact for 'local' and with --api-base, else chat]")] = None
 
     def resolve(self) -> dspy.BaseLM:
         from loops.lm import resolve

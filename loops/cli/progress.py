@@ -40,8 +40,8 @@ class LiveProgress:
         self.live = Live(self, console=console, refresh_per_second=8, transient=False)
 
     def __rich__(self) -> Group:
-        if self.running is None:
-            return Group(self.table)
+        if self.running is None:  # nothing at all before the first role call: an error then stands alone
+            return Group(self.table) if self.table.row_count else Group()
         role, iteration, started = self.running
         status = Spinner("dots", text=f"{role} (iteration {iteration}) {time.monotonic() - started:.1f}s")
         return Group(self.table, status)
@@ -93,7 +93,8 @@ def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoic
                 finally:  # a run that raised (an error in a DSL program) leaves no spinner behind
                     progress.running = None
         finally:
-            console.print()
+            if progress.table.row_count:
+                console.print()
     return result, time.monotonic() - started
 
 

@@ -23,8 +23,13 @@ from loops.lm.embedded import local_lm
 from loops.lm.server import ServerLM
 from loops.profile import with_adapter
 
-__all__ = ["REMOTE_MAX_TOKENS", "resolve"]
+__all__ = ["REMOTE_MAX_TOKENS", "SERVED_ADAPTER", "resolve"]
 
+# The adapter of a model behind a server of one's own (`api_base`), unless told: the output's JSON schema goes with
+# every request, so a small model's decoding is held to it. With DSPy's field markers (`chat`) the embedded GGUF
+# behind llama-cpp-python's server answered out of shape every time and DSPy asked again in JSON: 2 requests per
+# role call instead of 1, 2.8x the time (benchmarks/parse_rate.py --server-defaults).
+SERVED_ADAPTER = "compact"
 # A finite default for every model but the embedded one: one answer from a slow server cannot run for minutes.
 REMOTE_MAX_TOKENS = 1024
 _REASONING_MAX_TOKENS = 16000  # the least DSPy accepts for OpenAI's reasoning models (gpt-5, o3, ...)
@@ -48,8 +53,10 @@ def resolve(
     holding its key, read now. `max_tokens` (per request) and `temperature` default per kind of model:
     the embedded model's own (512, 0.0); else `REMOTE_MAX_TOKENS` and the model's own temperature.
     `adapter` ('chat', 'json' or 'compact', see `ADAPTERS`) travels with the LM: every role on it uses
-    that adapter unless the context or the role sets another (its profile, `loops.profile`). A given LM is copied
-    before settings are applied to it. Every mistake is a `ConfigurationError`, raised before any call.
+    that adapter unless the context or the role sets another (its profile, `loops.profile`); with `api_base`
+    it defaults to `SERVED_ADAPTER`, else to the model's own (the embedded model's `compact`, DSPy's `chat`).
+    A given LM is copied before settings are applied to it. Every mistake is a `ConfigurationError`, raised
+    before any call.
 
     A string's LM gets `num_retries=0`: the loop's `RetryPolicy` retries transient errors itself,
     within the run's budget, and DSPy's own retries underneath would multiply every request unseen.
@@ -98,6 +105,7 @@ def resolve(
             lm = dspy.LM(model, num_retries=0, **settings)
         else:
             lm = ServerLM(model, api_base=_checked_api_base(api_base), num_retries=0, **settings)
+            adapter = adapter or SERVED_ADAPTER
     except (ValueError, dspy_errors.LMConfigurationError) as exc:
         raise ConfigurationError(f"model {model!r} is not usable: {exc}; {fix}") from exc
     return _with_adapter(lm, adapter)

@@ -9,6 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+import loops
 import loops.lm
 from loops.cli import app
 from tests.loops.fake_openai import fake_openai, hosted
@@ -93,6 +94,32 @@ def test_a_configuration_error_found_when_the_run_starts_exits_2(scripted, tmp_p
     assert_one_line_error(outcome, "'../outside.py'", "outside the workspace")
     assert sum(calls(lm) for lm in scripted.lms) == 0
     assert not (tmp_path.parent / "outside.py").exists()
+
+
+@pytest.mark.parametrize(("saved", "command", "belongs_to"), [
+    ("CreatorCriticIterator", ["fix", "x", "-t", CHECK_ADD], "refine"),
+    ("DirectorExecutorEvaluatorController", ["fix", "x", "-t", CHECK_ADD, "--samples", "2"], "direct"),
+    ("ExecuteValidateController", ["refine", "x"], "fix"),
+    ("CreatorCriticIterator", ["direct", "x"], "refine"),
+])
+def test_a_saved_program_of_another_kind_exits_2_in_one_line(scripted, tmp_path, saved, command, belongs_to):
+    path = tmp_path / "saved.json"
+    getattr(loops, saved)().save(path)
+
+    outcome = invoke(*command, "--program", str(path))
+
+    assert_one_line_error(outcome, f"--program {str(path)!r} is a {saved}", f"give it to `loops {belongs_to}`")
+    assert sum(calls(lm) for lm in scripted.lms) == 0
+
+
+@pytest.mark.parametrize("args", [["refine", ""], ["run", "examples/workrail_loops.sexp"]])
+def test_an_error_found_as_the_run_starts_is_printed_alone(scripted, args):
+    # No empty table of role calls above it: nothing is drawn before the first role call.
+    outcome = invoke(*args)
+
+    assert outcome.exit_code == 2, outcome.output
+    assert outcome.stdout == ""
+    assert "requirements must be a non-empty str" in outcome.stderr or "unbound name 'target'" in outcome.stderr
 
 
 # --- 0, 1 and 3: how the run ended --------------------------------------------------------------

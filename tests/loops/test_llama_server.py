@@ -57,6 +57,10 @@ def test_refine_through_the_server(base_url, tmp_path, adapter):
     trace = tmp_path / "trace.jsonl"
     outcome = loops_command(base_url, "refine", "A haiku about rain", adapter=adapter, trace=trace)
     assert_ran_with_role_calls(outcome, trace, {"creator", "critic"})
+    # The default adapter with --api-base is the one the small model answers in shape with: one request per
+    # role call (DSPy's field markers took two, the second a JSON fallback).
+    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [step["lm_calls"] for step in steps] == [1] * len(steps), steps
 
 
 def test_fix_through_the_server(base_url, tmp_path):

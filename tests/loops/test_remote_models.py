@@ -179,7 +179,7 @@ def test_a_served_model_is_a_server_lm_that_takes_a_json_schema(monkeypatch):
     ("local", "json", dspy.JSONAdapter),
     ("openai/gpt-4o-mini", None, type(None)),  # DSPy's default (ChatAdapter) applies
     ("openai/gpt-4o-mini", "json", dspy.JSONAdapter),
-    ("openai/smollm2@server", None, type(None)),
+    ("openai/smollm2@server", None, CompactJSONAdapter),  # a server of one's own: its schema goes with each request
     ("openai/smollm2@server", "compact", CompactJSONAdapter),
     ("openai/smollm2@server", "chat", dspy.ChatAdapter),
 ])
