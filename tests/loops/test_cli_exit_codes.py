@@ -134,6 +134,19 @@ def test_fix_exits_0_when_the_tests_pass(scripted, tmp_path):
     assert "tests pass" in outcome.stdout and (tmp_path / "solution.py").read_text() == GOOD
 
 
+def test_fix_writes_the_module_the_tests_import_and_says_so_first(scripted, tmp_path):
+    (tmp_path / "test_mul.py").write_text("from mul import mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n")
+    scripted.script = ["def mul(a, b):\n    return a * b\n"]
+
+    outcome = invoke("fix", "Write mul(a, b) that returns the product.", "--workspace", str(tmp_path),
+                     "-t", shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_mul.py"]))
+
+    assert outcome.exit_code == 0, outcome.output
+    assert outcome.stdout.startswith("the tests import mul: writing mul.py (--target-file chooses another)")
+    assert (tmp_path / "mul.py").read_text() == "def mul(a, b):\n    return a * b\n"
+    assert not (tmp_path / "solution.py").exists()
+
+
 def test_fix_exits_1_when_the_tests_still_fail(scripted, tmp_path):
     scripted.script = [BAD]
 
