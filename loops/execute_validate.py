@@ -24,6 +24,7 @@ from typing import Any
 import dspy
 
 from loops.adapters import PlainTextAdapter
+from loops.budget import Budget
 from loops.code.controller import attempt_score, code_of
 from loops.code.defaults import POLICIES, Policy, code_loop_defaults
 from loops.code.draws import Draw, draws
@@ -199,12 +200,18 @@ class ExecuteValidateController(LoopModule):
         started now would have: the explicit choices, else `loops.code.code_loop_defaults` of the model
         each role runs on."""
         defaults = code_loop_defaults(self._lm_of("executor"))
-        analyst = "analyst" in self._llm_roles and (self._analyst if self._analyst is not None
-                                                    else code_loop_defaults(self._lm_of("analyst")).analyst)
+        analyst_lm = self._lm_of("analyst")
+        analyst = "analyst" in self._llm_roles and (self._analyst if self._analyst is not None else (
+            analyst_lm is not None and code_loop_defaults(analyst_lm).analyst))  # no LM at all: no analyst
         examples = self.examples if self.examples is not None else defaults.examples
         penalty_variants = self.penalty_variants if self.penalty_variants is not None else defaults.penalty_variants
         return {"policy": self.policy or defaults.policy, "samples": self.samples or defaults.samples,
                 "examples": examples, "penalty_variants": penalty_variants, "analyst": analyst}
+
+    def _roles_that_may_run(self, budget: Budget) -> list[str]:
+        # The analyst advises between iterations, so only when there are two, and when the settings ask it.
+        analyst = budget.max_iterations > 1 and self.settings()["analyst"]
+        return [role for role in super()._roles_that_may_run(budget) if role != "analyst" or analyst]
 
     def _lm_of(self, role: str) -> Any:
         predictor, _ = predictor_of(getattr(self, role, None))

@@ -172,17 +172,18 @@ class LoopModule(dspy.Module):
         return self
 
     def _run(self, limits: dict[str, Any], inputs: dict[str, Any]) -> Run:
+        budget = limits.pop("budget", None) or self.budget
+        if not isinstance(budget, Budget):
+            raise ConfigurationError(f"budget must be a loops.Budget, got {budget!r:.100}")
+        budget = budget.override(**{name: limits[name] for name in ("max_iterations",) if name in limits})
         if dspy.settings.lm is None:
-            for role in self._llm_roles:
+            for role in self._roles_that_may_run(budget):
                 predictor, _ = predictor_of(getattr(self, role))
                 if predictor is None or predictor.lm is None:
                     raise ConfigurationError(
                         f"no LM is configured for the {role} role: call dspy.configure(lm=...) (e.g. "
                         "loops.lm.local_lm() for the embedded offline model), use dspy.context(lm=...), or "
                         f"{type(self).__name__}.{role}.set_lm(...)")
-        budget = limits.pop("budget", None) or self.budget
-        if not isinstance(budget, Budget):
-            raise ConfigurationError(f"budget must be a loops.Budget, got {budget!r:.100}")
         store, run_id = limits.pop("checkpoint", self.checkpoint), limits.pop("run_id", None)
         replay = None
         if run_id is not None:
@@ -202,6 +203,11 @@ class LoopModule(dspy.Module):
             history_summary=self.history_summary,
             replay=replay,
         )
+
+    def _roles_that_may_run(self, budget: Budget) -> list[str]:
+        """The LLM roles a run within `budget` may call: each needs an LM before the run starts, and only
+        these (a role that cannot run needs none). Every built-in role, unless no iteration may run."""
+        return list(self._llm_roles) if budget.max_iterations else []
 
     def _loop(self, run: Run, **inputs: Any) -> RoleCalls:
         raise NotImplementedError

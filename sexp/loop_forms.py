@@ -27,12 +27,13 @@ one; there is no second loop implementation here.
       (context "")                                          ; optional
       (creator  (lambda (requirements context iteration) ...))         ; -> a draft
       (critic   (lambda (requirements draft iteration) ...))           ; -> a verdict
-      (iterator (lambda (requirements draft verdict iteration) ...)))  ; -> the revised draft
+      (iterator (lambda (requirements draft feedback iteration) ...)))  ; -> the revised draft
 
 Clauses are checked when the program is analysed (missing, duplicate, unknown) and the phases when
 the form runs, before the loop starts (a procedure, of the contract's arity); each error points at
 its clause. A controller decides with `(list 'continue next-input)` or `(list 'stop value)`; a
-critic's verdict is `#t`/`#f`, `(list approved feedback)` or a record with `approved`. A malformed
+critic's verdict is `#t`/`#f`, `(list approved feedback)` or a record with `approved`; the iterator gets
+its feedback as text ("" when the verdict has none). A malformed
 decision or verdict, or any DSL error inside a phase, is a bug in the program: it propagates with
 its position. A limit (max-iterations, the run's time, LM calls, tokens) ends the loop gracefully
 with a warning; the form's value is then the last executor result (the last draft), nil when none

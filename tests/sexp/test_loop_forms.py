@@ -101,7 +101,7 @@ def test_creator_critic_loop_revises_until_the_critic_approves():
   (requirements "a slogan")
   (creator (lambda (requirements context n) (string-append "draft for " requirements)))
   (critic (lambda (requirements draft n) (list (> n 1) "shorter, please")))
-  (iterator (lambda (requirements draft verdict n) (string-append draft " (" (car (cdr verdict)) ")"))))"""
+  (iterator (lambda (requirements draft feedback n) (string-append draft " (" feedback ")"))))"""
     assert run(source) == ("draft for a slogan (shorter, please)", [])
 
 
