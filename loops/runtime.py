@@ -68,7 +68,7 @@ StopReason = Literal["approved", "stopped", "completed", "no_progress", "max_ite
 STOP_REASONS: Mapping[str, str] = {
     "approved": "the critic approved the draft (Creator–Critic–Iterator)",
     "stopped": "the controller decided to stop, or the evaluator passed the result (Execute–Validate, Director)",
-    "completed": "the program ran to its end (a DSL program, loops.sexp.compile)",
+    "completed": "a DSL program ran to its end, no loop form deciding its outcome, or gave its own verdict",
     "no_progress": "every candidate of an iteration repeated code already tried (Execute–Validate)",
     "max_iterations": "the iteration budget ran out",
     "timeout": "the run's wall-clock budget (timeout_s) ran out",
@@ -515,6 +515,7 @@ class Run:
     def next_iteration(self) -> bool:
         """Start another iteration if the budget allows one; False at `max_iterations`."""
         if self.iteration >= self.budget.max_iterations:
+            self.warn(f"stopped at max_iterations={self.budget.max_iterations}")
             return False
         self.iteration += 1
         return True
@@ -544,8 +545,6 @@ class Run:
 
     def finish(self, stop_reason: StopReason, **result: Any) -> LoopResult:
         """The run's prediction: `result` over the fields set by `set_latest` over the best candidate."""
-        if stop_reason == "max_iterations":
-            self.warn(f"stopped at max_iterations={self.budget.max_iterations}")
         measured = {
             "iterations": self.iteration,
             "stop_reason": stop_reason,

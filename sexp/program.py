@@ -13,9 +13,10 @@ with `checkpoint` and `run_id` the program's atom calls and its loops are record
 replays them without calling the LM again),
 as one run of the loop runtime: atoms called anywhere in it are role calls of that run (traced,
 budget-checked, retried), and a loop form's run folds into it. The prediction has `result` (the value
-of the last form) with the runtime's result fields (`final` is `result`; `success` is True when the
-program ran to its end, `stop_reason` "completed"; a spent budget stops it gracefully, with the
-warnings and trace so far). A DSL error raises, with its position.
+of the last form) with the runtime's result fields (`final` is `result`; `success` and `stop_reason` by
+`loops.sexp.loop_forms.program_outcome`: the program's own verdict, else its last loop form's, else
+"completed" and True; a spent budget stops it gracefully, with the warnings and trace so far). A DSL error
+raises, with its position.
 
 Top-level `defatom`s are the module's predictors, named by their DSL names, so `save()`/`load()` and
 every teleprompter see them before the program runs.
@@ -42,6 +43,7 @@ from loops.sexp.atoms import atom_predictors
 from loops.sexp.errors import LimitExceeded
 from loops.sexp.evaluator import Env, Limits
 from loops.sexp.interpreter import Interpreter
+from loops.sexp.loop_forms import ProgramOutcome, program_outcome
 from loops.sexp.values import to_dsl
 
 __all__ = ["SexpProgram", "compile"]
@@ -87,10 +89,10 @@ class SexpProgram(LoopModule):
 
     def _loop(self, run: Run, bindings: dict[str, Any]) -> RoleCalls:
         run.next_iteration()
-        value = yield from run.call_phase("program", self._evaluate, bindings=bindings)
-        return run.finish("completed", final=value, success=True)
+        outcome = yield from run.call_phase("program", self._evaluate, bindings=bindings)
+        return run.finish(outcome.stop_reason, final=outcome.value, success=outcome.success)
 
-    def _evaluate(self, bindings: dict[str, Any]) -> Any:
+    def _evaluate(self, bindings: dict[str, Any]) -> ProgramOutcome:
         interpreter = self._interpreter
         ev = interpreter.start_evaluation()
         # The run's own copy of the globals: a `set!` of a primitive's or a tool's name stays in this run.
@@ -104,12 +106,12 @@ class SexpProgram(LoopModule):
                         ev.value = run_form(env, ev)
                     except RecursionError:  # a DSL error, not a failed phase for the runtime to retry
                         raise LimitExceeded("recursion too deep for Python's stack", node, limit="max_depth") from None
+            return program_outcome(ev)
         finally:
             atom_predictors.reset(token)
             run = current_run()
             if run is not None:
                 run.warnings.extend(ev.warnings)
-        return ev.value
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SexpProgram:
         """The analysed program is shared (it holds no run state); the atoms' predictors are copied."""

@@ -93,7 +93,9 @@ def run_program(
         raise typer.Exit(EXIT_USAGE) from None
     finally:
         log.removeHandler(handler)
-    console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}", expand=False))
+    outcome = "success" if result.success else "no success"  # the last loop form's, or the program's own verdict
+    console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}, {outcome}",
+                        expand=False))
     console.print(f"LM calls: {result.lm_calls}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
