@@ -58,12 +58,13 @@ class SexpProgram(LoopModule):
     def __init__(self, source: str, filename: str = "<string>", *,
                  tools: Mapping[str, Callable[..., Any]] | None = None, context: Callable[..., Any] | None = None,
                  workspace: str | os.PathLike[str] | None = None, limits: Limits | None = None,
-                 schemas: Mapping[str, type[BaseModel]] | None = None, **options: Any):
+                 schemas: Mapping[str, type[BaseModel]] | None = None, atom_model: Any = None, **options: Any):
         options.setdefault("max_iterations", 1)
         super().__init__(**options)
         self.source = source
         self.filename = filename
-        self._interpreter = Interpreter(tools, context, workspace=workspace, limits=limits, schemas=schemas)
+        self._interpreter = Interpreter(tools, context, workspace=workspace, limits=limits, schemas=schemas,
+                                        atom_model=atom_model)
         self._program = self._interpreter.analyze(source, filename)
         top_level = {node.value[1].symbol for node in self._program.nodes
                      if node.is_list and len(node.value) > 1 and node.value[0].symbol == "defatom"}
@@ -74,6 +75,12 @@ class SexpProgram(LoopModule):
                                          "rename the atom (e.g. with a user: prefix)")
             setattr(self, name, self._interpreter.atoms[name].predictor)
             self._llm_roles.append(name)
+
+    @property
+    def atom_models(self) -> dict[str, str]:
+        """The top-level atoms that name their own model (`(model ...)`), with the model string they name."""
+        atoms = self._interpreter.atoms
+        return {name: atoms[name].model for name in self._atom_names if atoms[name].model is not None}
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
         options, bindings = _call_options(inputs)
@@ -140,7 +147,8 @@ def compile(source_or_path: str | os.PathLike[str], tools: Mapping[str, Callable
     `context` answers `get_context` (a callable taking `query`, `inputs` and `matching_strategy`
     keyword arguments, returning a list of paths). Other options: `workspace` (where the shell tool
     and the default context provider work), `limits` (`loops.sexp.Limits`: steps, wall clock, depth),
-    `schemas` (names to pydantic models for defatom's `output_format`) and the loop module's own
+    `schemas` (names to pydantic models for defatom's `output_format`), `atom_model` (the LM every atom runs
+    on, over its own `(model ...)`: an LM or a model string such as "local") and the loop module's own
     (`budget`, `retry`, `strict`, `history_window`, `checkpoint`, ...).
     """
     if isinstance(source_or_path, os.PathLike) or (

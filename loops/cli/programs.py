@@ -57,8 +57,11 @@ def run_program(
     saved: Annotated[Path | None, typer.Option(
         "--program", help="Run a saved program compiled from this file (loops optimize FILE.sexp --out): its "
         "atoms' demos and instructions")] = None,
+    override_atom_models: Annotated[bool, typer.Option(
+        "--override-atom-models", help="Run every atom on --model, over its own (model ...) clause: a program "
+        "written for a hosted model runs offline unchanged")] = False,
 ) -> None:
-    """Run an S-expression program (see docs/dsl.md); its atoms use --model.
+    """Run an S-expression program (see docs/dsl.md); its atoms use --model unless they name their own.
 
     Exit codes as for the loops: 1 when a limit stopped the program (its LM budget, or its steps, wall
     clock or recursion depth, shown with the form's position), 2 for an error in the program (shown
@@ -74,6 +77,9 @@ def run_program(
     options = {"workspace": workspace, "limits": Limits(timeout_s=run.timeout),
                "budget": Budget(max_iterations=1, timeout_s=run.timeout, max_tokens=run.token_budget,
                                 max_cost_usd=run.max_cost)}
+    lm = choice.resolve()
+    if override_atom_models:
+        options["atom_model"] = lm
     try:
         compiled = compile(program, **options) if saved is None else load_program(str(program), saved, **options)
     except DslError as error:
@@ -84,7 +90,13 @@ def run_program(
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     try:
-        result, seconds = run_with_progress(compiled, choice, run.trace, **bindings)
+        result, seconds = run_with_progress(compiled, lm, run.trace, **bindings)
+    except ConfigurationError as error:  # e.g. an atom's own hosted model, without its key
+        if override_atom_models or not compiled.atom_models:
+            raise
+        named = ", ".join(f"{atom} ({model})" for atom, model in compiled.atom_models.items())
+        raise ConfigurationError(f"{error} [atoms with their own model: {named}; --override-atom-models runs "
+                                 "every atom on --model]") from error
     except LimitExceeded as error:  # its step budget, wall clock or recursion depth: a limit, as --timeout is
         typer.echo(str(error), err=True)
         raise typer.Exit(EXIT_NO_SUCCESS) from None

@@ -79,7 +79,8 @@ def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoic
 
     from loops.lm import resolve
 
-    lm = model.resolve() if isinstance(model, ModelChoice) else resolve(model)
+    lm = model.resolve() if isinstance(model, ModelChoice) else model if isinstance(model, dspy.BaseLM) else (
+        resolve(model))
     with ExitStack() as stack:
         trace_file = stack.enter_context(open_trace(trace)) if trace else None
         progress = LiveProgress(trace_file)

@@ -57,6 +57,19 @@ def test_atoms_run_on_the_model_and_every_call_reaches_the_trace_file(scripted, 
     assert steps[0]["inputs"] == {"product": "a bottle"}
 
 
+def test_override_atom_models_runs_a_seed_style_program_on_the_runs_model(scripted, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    program = tmp_path / "seed.sexp"
+    program.write_text('(defatom user:slogan (params (product string)) (instructions "A slogan for {{product}}.")\n'
+                       '  (returns (slogan string)) (model "gpt-4-turbo"))\n'
+                       '(get-field (user:slogan (product "a bottle")) "slogan")\n')
+
+    outcome = invoke("run", str(program), "--model", "openai/scripted", "--override-atom-models")
+
+    assert outcome.exit_code == 0, outcome.output
+    assert '"Drink up"' in outcome.stdout and len(scripted[-1].engine.requests) == 1
+
+
 @pytest.mark.parametrize(("verdict", "exit_code", "title"), [
     ('(list #f "longer")', 1, "max_iterations, no success"), ("#t", 0, "approved, success")])
 def test_a_program_succeeds_as_its_last_loop_form_did(scripted, tmp_path, verdict, exit_code, title):
