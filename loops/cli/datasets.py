@@ -38,6 +38,8 @@ MaxIterationsOption = Annotated[int | None, typer.Option(
 SamplesOption = Annotated[int | None, typer.Option(
     min=1, max=100, help="fix: candidates per iteration [default: by model]")]
 ThreadsOption = Annotated[int, typer.Option(min=1, max=64, help="Examples run at once")]
+VerboseOption = Annotated[bool, typer.Option("--verbose", help="Show DSPy's own log lines (its optimizers' INFO "
+                                             "messages) above the progress display")]
 
 
 def _data_form(kind: str, data: str) -> str:
@@ -99,6 +101,7 @@ def optimize_command(
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
     threads: ThreadsOption = 1,
+    verbose: VerboseOption = False,
 ) -> None:
     """Score a loop on the validation examples, optimize it on the training ones, score it again, save it."""
     import dspy
@@ -113,7 +116,7 @@ def optimize_command(
     started = time.monotonic()
     with dspy.context(lm=lm):
         _, report = loops.optimize.run(module, trainset, valset, optimizer=optimizer, out=out, num_threads=threads,
-                                       **_options(option or []))
+                                       verbose=verbose, **_options(option or []))
     console.print(report.summary(), highlight=False, soft_wrap=True)
     console.print(f"saved to {out} ({time.monotonic() - started:.0f} s in all)", highlight=False, soft_wrap=True)
 
@@ -128,6 +131,7 @@ def eval_command(
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
     threads: ThreadsOption = 1,
+    verbose: VerboseOption = False,
 ) -> None:
     """Score a loop (or a saved one, --program) on the validation examples of --data."""
     import dspy
@@ -140,7 +144,7 @@ def eval_command(
         raise ConfigurationError(f"--data {data!r} holds no validation examples for {kind}")
     lm = choice.resolve()
     with dspy.context(lm=lm):
-        score, stage = loops.optimize.evaluate(module, valset, num_threads=threads)
+        score, stage = loops.optimize.evaluate(module, valset, num_threads=threads, verbose=verbose)
     console.print(f"{kind}: score {score.score:.3f}; solved {score.solved} of {score.examples}; "
                   f"{stage.lm_calls} LM calls, {stage.tokens} tokens, {stage.seconds:.1f} s",
                   highlight=False, soft_wrap=True)
