@@ -112,6 +112,19 @@ class LoopModule(dspy.Module):
         with run.active():
             return await adrive(run.program(self._loop, **inputs))
 
+    def __repr__(self) -> str:
+        """The loop's class and iteration budget, then each role: an LLM role by its module and fields, a custom
+        phase by its name (DSPy's repr lists predictors alone, so a loop of custom phases showed nothing)."""
+        lines = [f"{type(self).__name__}(max_iterations={self.budget.max_iterations})"]
+        for role in dict.fromkeys([*self.contracts, *self._llm_roles]):
+            phase = getattr(self, role, None)
+            predictor, _ = predictor_of(phase)
+            if predictor is not None:
+                lines.append(f"  {role} = {type(phase).__name__}({predictor.signature.signature})")
+            elif phase is not None:
+                lines.append(f"  {role} = {getattr(phase, '__qualname__', type(phase).__qualname__)} (custom phase)")
+        return "\n".join(lines)
+
     def fingerprint(self) -> str:
         """What identifies this program for a checkpoint: its class, its roles' prompts, its phases."""
         parts = []

@@ -519,6 +519,25 @@ def test_python_phases_get_the_contracts_arguments_positionally_whatever_their_n
     assert [name for name, _ in module.named_predictors()] == []  # no LLM role was built
 
 
+def test_a_loop_shows_its_roles_custom_phases_included():
+    def create(requirements, context, iteration):
+        return "d"
+
+    custom = CreatorCriticIterator(creator=create, critic=Phase(True), iterator=Phase("d2"))
+    mixed = CreatorCriticIterator(max_iterations=2, critic=Phase(True))
+
+    assert repr(custom).splitlines() == [
+        "CreatorCriticIterator(max_iterations=3)",
+        f"  creator = {create.__qualname__} (custom phase)",
+        "  critic = Phase (custom phase)",
+        "  iterator = Phase (custom phase)"]
+    assert repr(mixed).splitlines() == [
+        "CreatorCriticIterator(max_iterations=2)",
+        "  creator = ChainOfThought(requirements, context, history -> reasoning, draft)",
+        "  critic = Phase (custom phase)",
+        "  iterator = Predict(requirements, draft, feedback, history -> improved_draft)"]
+
+
 class Verdict:
     def __init__(self, approved, feedback):
         self.approved, self.feedback = approved, feedback
