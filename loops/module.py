@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -19,7 +20,7 @@ from loops.contracts import PhaseContract
 from loops.errors import ConfigurationError
 from loops.lm import resolve
 from loops.runtime import UNSET, RoleCalls, Run, adrive, drive, predictor_of
-from loops.saving import encode, lm_reference
+from loops.saving import encode, lm_reference, unnamed_lm_note
 
 __all__ = ["LoopModule"]
 
@@ -160,6 +161,15 @@ class LoopModule(dspy.Module):
             "lms": lms,
         }
         return state
+
+    def save(self, path: Any, *args: Any, **kwargs: Any) -> Any:
+        """DSPy's save; a role that names no LM of its own is said now (a warning on the `loops` logger), not
+        first when the loaded program cannot run."""
+        saved = super().save(path, *args, **kwargs)
+        note = unnamed_lm_note([name for name, _ in self.named_predictors()], self.dump_state()["loops"]["lms"])
+        if note is not None:
+            logging.getLogger("loops").warning("%s: %s", os.fspath(path), note)
+        return saved
 
     def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> LoopModule:
         """DSPy's state, then the saved loop settings (budget, retry policy, strictness, histories) and

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from loops.adapters import ADAPTER_CLASSES
 from loops.errors import ConfigurationError
 from loops.lm import is_embedded
 
-__all__ = ["decode", "encode", "lm_reference", "load", "saved_class"]
+__all__ = ["decode", "encode", "lm_reference", "load", "saved_class", "unnamed_lm_note"]
 
 _RUNTIME_SETTINGS = ("budget", "retry", "strict", "history_window", "history_summary")
 _JSON_SCALARS = (str, int, float, bool, type(None))
@@ -46,6 +46,18 @@ def lm_reference(lm: Any) -> str | None:
     if not isinstance(lm, dspy.LM) or lm.kwargs.get("api_base") or getattr(lm, "api_base", None):
         return None
     return lm.model
+
+
+def unnamed_lm_note(roles: Iterable[str], lms: Mapping[str, str | None]) -> str | None:
+    """What a saved program does not say about its models, in one sentence: the LLM roles it names no LM for
+    (they run on the context's LM, `dspy.configure`, which is not the program's to save); None when every
+    role names one."""
+    unnamed = [role for role in roles if lms.get(role) is None]
+    if not unnamed:
+        return None
+    return (f"the saved program names no LM for {', '.join(unnamed)}: they run on the context's LM "
+            "(dspy.configure, --model), which a saved program does not record; configure one where it is loaded, "
+            "or give the roles LMs of their own (role.set_lm) before saving")
 
 
 def encode(value: Any) -> Any:

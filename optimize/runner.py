@@ -36,6 +36,7 @@ from loops.errors import ConfigurationError
 from loops.execute_validate import ExecuteValidateController
 from loops.optimize.metrics import creator_critic_metric, director_metric, execute_validate_metric, result_metric
 from loops.optimize.optimizers import OPTIMIZERS, build, check
+from loops.saving import unnamed_lm_note
 
 __all__ = ["Report", "Score", "Stage", "default_metric", "evaluate", "run", "save"]
 
@@ -93,6 +94,9 @@ class Report(BaseModel):
                          f"{stage.seconds:.1f} s")
         for role, change in self.changes.items():
             lines.append(f"  {role}: {', '.join(f'{key} {value}' for key, value in change.items())}")
+        note = unnamed_lm_note(self.program.get("roles", []), self.program.get("lms", {}))
+        if note is not None:
+            lines.append(f"note: {note}")
         return "\n".join(lines)
 
 

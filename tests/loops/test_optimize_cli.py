@@ -42,6 +42,8 @@ def test_optimize_saves_a_program_that_eval_and_refine_then_run(lm, tmp_path):
 
     assert optimized.exit_code == 0, optimized.output
     assert "bootstrap: creator_critic_metric" in optimized.output and f"saved to {out}" in optimized.output
+    # Trained under the context's LM (--model): said as the program is saved, not first when it cannot run.
+    assert "note: the saved program names no LM for creator.predict, critic, iterator" in optimized.output
     report = json.loads(out.read_text())["loops"]["report"]
     assert report["train_examples"] == 3 and report["val_examples"] == 2
     assert report["program"]["arguments"] == {"max_iterations": 1}
