@@ -3,8 +3,11 @@ on stderr), 3 the run failed. Scripted LMs, a loopback fake of the OpenAI API, r
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -219,3 +222,24 @@ def test_a_rejected_api_key_exits_2_with_one_line(monkeypatch):
 
     assert_one_line_error(outcome, "the LM refused the request", "Incorrect API key provided")
     assert server.requests == 1, "a rejected key is not retried"
+
+
+# --- help -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("columns", "width"), [(None, 100), ("72", 72)])
+def test_help_into_a_pipe_is_plain_text_at_a_width_it_can_hold(columns, width):
+    # Not a terminal: no boxes squeezed to rich's fallback of 80 columns; 100 columns, or COLUMNS.
+    environment = {key: value for key, value in os.environ.items() if key not in ("COLUMNS", "TERMINAL_WIDTH")}
+    if columns:
+        environment["COLUMNS"] = columns
+
+    script = Path(sys.executable).with_name("loops")  # the command as installed, as a user types it
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "loops"]
+    shown = subprocess.run([*command, "fix", "--help"], capture_output=True, text=True, env=environment, timeout=120)
+
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].endswith("loops fix [OPTIONS] {task}") and "╭" not in shown.stdout
+    assert max(map(len, lines)) <= width
+    assert any(line.strip().startswith("--target-file <str>") for line in lines)
