@@ -37,7 +37,9 @@ def loops_command(base_url: str, *args: str, adapter: str | None, trace: Path) -
     if adapter is not None:
         options += ["--adapter", adapter]
     # The key is any text: the server checks none, but --api-key-env must name a variable that is set.
-    environment = {**os.environ, KEY_VARIABLE: "sk-loopback", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    # A cache of this test's own: another test's identical request must not be answered from DSPy's cache.
+    environment = {**os.environ, KEY_VARIABLE: "sk-loopback", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                   "DSPY_CACHEDIR": str(trace.parent / "dspy-cache")}
     return subprocess.run([sys.executable, "-m", "loops", *args, *options], capture_output=True, text=True,
                           env=environment, timeout=900)
 
