@@ -38,7 +38,7 @@ from loops.signatures.execute_validate import ExecutorSignature, IterationAnalys
 from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
 from loops.validators import ShellValidator, Workspace
 
-__all__ = ["ExecuteValidateController"]
+__all__ = ["DEFAULT_TARGET_FILE", "ExecuteValidateController"]
 
 PLAIN_TEXT = PlainTextAdapter()
 DEFAULT_TARGET_FILE = "solution.py"  # where the code goes when neither the caller nor the tests' imports say

@@ -71,13 +71,13 @@ def fix(
 
     Unset options follow the model (loops.code.code_loop_defaults)."""
     from loops.code.defaults import code_loop_defaults
-    from loops.execute_validate import ExecuteValidateController
+    from loops.execute_validate import DEFAULT_TARGET_FILE, ExecuteValidateController
     from loops.validators import ShellValidator
 
     ShellValidator(workspace=workspace).check(test_command)
     if target_file is None and program is None:  # said before the run: the tests' imports decide the file
         target_file = ExecuteValidateController.target_for(workspace, test_command)
-        if target_file != "solution.py":
+        if target_file != DEFAULT_TARGET_FILE:
             console.print(f"the tests import {target_file.removesuffix('.py').replace('/', '.')}: writing "
                           f"{target_file} (--target-file chooses another)", highlight=False)
     lm = choice.resolve()
