@@ -108,7 +108,10 @@ _PASSING_STATUSES = frozenset({"PASS", "PASSED", "SUCCESS", "COMPLETE", "OK", "T
 
 
 def field_of(value: Any, *names: str) -> Any:
-    """The first of `names` found on a dict or an object (a Prediction, a pydantic model), else None."""
+    """The first of `names` found on a dict, an association list (`(("status", "PASS"), ...)`, a DSL record)
+    or an object (a Prediction, a pydantic model), else None."""
+    if _is_association_list(value):
+        value = dict(value)
     for name in names:
         if isinstance(value, Mapping):
             if name in value:
@@ -116,6 +119,11 @@ def field_of(value: Any, *names: str) -> Any:
         elif hasattr(value, name) and not name.startswith("_"):
             return getattr(value, name)
     return None
+
+
+def _is_association_list(value: Any) -> bool:
+    return isinstance(value, list | tuple) and bool(value) and all(
+        isinstance(entry, list | tuple) and len(entry) == 2 and isinstance(entry[0], str) for entry in value)
 
 
 def outcome_passed(value: Any) -> bool:
@@ -179,7 +187,7 @@ def verdict_approved(verdict: Any) -> bool:
 
 def verdict_feedback(verdict: Any) -> str:
     """A critic's feedback as text, for the built-in iterator."""
-    if isinstance(verdict, tuple | list) and len(verdict) == 2:
+    if isinstance(verdict, tuple | list) and len(verdict) == 2 and not _is_association_list(verdict):
         return str(verdict[1])
     feedback = field_of(verdict, "feedback")
     return "" if feedback is None else str(feedback)

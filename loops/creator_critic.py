@@ -17,6 +17,7 @@ from typing import Any
 
 import dspy
 
+from loops.budget import Budget
 from loops.contracts import CREATOR_CRITIC, verdict_approved, verdict_feedback
 from loops.errors import ConfigurationError
 from loops.module import LoopModule
@@ -82,6 +83,10 @@ class CreatorCriticIterator(LoopModule):
                 return run.finish("max_iterations")
             draft = yield from self._revise(run, requirements, draft, verdict)
 
+    def _roles_that_may_run(self, budget: Budget) -> list[str]:
+        # The iterator revises from the second iteration on.
+        return [role for role in super()._roles_that_may_run(budget) if role != "iterator" or budget.max_iterations > 1]
+
     def _create(self, run: Run, requirements: str, context: str) -> RoleCalls:
         if "creator" in self._builtin:
             return (yield from run.call("creator", requirements=requirements, context=context)).draft
@@ -103,8 +108,8 @@ class CreatorCriticIterator(LoopModule):
 
     def _revise(self, run: Run, requirements: str, draft: Any, verdict: Any) -> RoleCalls:
         if "iterator" not in self._builtin:
-            return (yield from run.call_phase("iterator", requirements=requirements, draft=draft, feedback=verdict,
-                                              iteration=run.iteration))
+            return (yield from run.call_phase("iterator", requirements=requirements, draft=draft,
+                                              feedback=_feedback_for_iterator(verdict), iteration=run.iteration))
         revised = yield from run.call("iterator", requirements=requirements, draft=str(draft),
                                       feedback=_feedback_for_iterator(verdict))
         return revised.improved_draft

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -19,7 +20,7 @@ from loops.contracts import PhaseContract
 from loops.errors import ConfigurationError
 from loops.lm import resolve
 from loops.runtime import UNSET, RoleCalls, Run, adrive, drive, predictor_of
-from loops.saving import encode, lm_reference
+from loops.saving import encode, lm_reference, unnamed_lm_note
 
 __all__ = ["LoopModule"]
 
@@ -112,6 +113,19 @@ class LoopModule(dspy.Module):
         with run.active():
             return await adrive(run.program(self._loop, **inputs))
 
+    def __repr__(self) -> str:
+        """The loop's class and iteration budget, then each role: an LLM role by its module and fields, a custom
+        phase by its name (DSPy's repr lists predictors alone, so a loop of custom phases showed nothing)."""
+        lines = [f"{type(self).__name__}(max_iterations={self.budget.max_iterations})"]
+        for role in dict.fromkeys([*self.contracts, *self._llm_roles]):
+            phase = getattr(self, role, None)
+            predictor, _ = predictor_of(phase)
+            if predictor is not None:
+                lines.append(f"  {role} = {type(phase).__name__}({predictor.signature.signature})")
+            elif phase is not None:
+                lines.append(f"  {role} = {getattr(phase, '__qualname__', type(phase).__qualname__)} (custom phase)")
+        return "\n".join(lines)
+
     def fingerprint(self) -> str:
         """What identifies this program for a checkpoint: its class, its roles' prompts, its phases."""
         parts = []
@@ -148,6 +162,15 @@ class LoopModule(dspy.Module):
         }
         return state
 
+    def save(self, path: Any, *args: Any, **kwargs: Any) -> Any:
+        """DSPy's save; a role that names no LM of its own is said now (a warning on the `loops` logger), not
+        first when the loaded program cannot run."""
+        saved = super().save(path, *args, **kwargs)
+        note = unnamed_lm_note([name for name, _ in self.named_predictors()], self.dump_state()["loops"]["lms"])
+        if note is not None:
+            logging.getLogger("loops").warning("%s: %s", os.fspath(path), note)
+        return saved
+
     def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> LoopModule:
         """DSPy's state, then the saved loop settings (budget, retry policy, strictness, histories) and
         the roles' LMs (`loops.lm.resolve` of the saved model strings)."""
@@ -172,17 +195,18 @@ class LoopModule(dspy.Module):
         return self
 
     def _run(self, limits: dict[str, Any], inputs: dict[str, Any]) -> Run:
+        budget = limits.pop("budget", None) or self.budget
+        if not isinstance(budget, Budget):
+            raise ConfigurationError(f"budget must be a loops.Budget, got {budget!r:.100}")
+        budget = budget.override(**{name: limits[name] for name in ("max_iterations",) if name in limits})
         if dspy.settings.lm is None:
-            for role in self._llm_roles:
+            for role in self._roles_that_may_run(budget):
                 predictor, _ = predictor_of(getattr(self, role))
                 if predictor is None or predictor.lm is None:
                     raise ConfigurationError(
                         f"no LM is configured for the {role} role: call dspy.configure(lm=...) (e.g. "
                         "loops.lm.local_lm() for the embedded offline model), use dspy.context(lm=...), or "
                         f"{type(self).__name__}.{role}.set_lm(...)")
-        budget = limits.pop("budget", None) or self.budget
-        if not isinstance(budget, Budget):
-            raise ConfigurationError(f"budget must be a loops.Budget, got {budget!r:.100}")
         store, run_id = limits.pop("checkpoint", self.checkpoint), limits.pop("run_id", None)
         replay = None
         if run_id is not None:
@@ -202,6 +226,11 @@ class LoopModule(dspy.Module):
             history_summary=self.history_summary,
             replay=replay,
         )
+
+    def _roles_that_may_run(self, budget: Budget) -> list[str]:
+        """The LLM roles a run within `budget` may call: each needs an LM before the run starts, and only
+        these (a role that cannot run needs none). Every built-in role, unless no iteration may run."""
+        return list(self._llm_roles) if budget.max_iterations else []
 
     def _loop(self, run: Run, **inputs: Any) -> RoleCalls:
         raise NotImplementedError

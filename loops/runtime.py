@@ -25,6 +25,8 @@ import contextlib
 import contextvars
 import inspect
 import json
+import linecache
+import sysconfig
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -65,8 +67,8 @@ StopReason = Literal["approved", "stopped", "completed", "no_progress", "max_ite
                      "lm_calls", "tokens", "cost", "error"]
 STOP_REASONS: Mapping[str, str] = {
     "approved": "the critic approved the draft (Creator–Critic–Iterator)",
-    "stopped": "the controller decided to stop (Execute–Validate, Director)",
-    "completed": "the program ran to its end (a DSL program, loops.sexp.compile)",
+    "stopped": "the controller decided to stop, or the evaluator passed the result (Execute–Validate, Director)",
+    "completed": "a DSL program ran to its end, no loop form deciding its outcome, or gave its own verdict",
     "no_progress": "every candidate of an iteration repeated code already tried (Execute–Validate)",
     "max_iterations": "the iteration budget ran out",
     "timeout": "the run's wall-clock budget (timeout_s) ran out",
@@ -513,6 +515,7 @@ class Run:
     def next_iteration(self) -> bool:
         """Start another iteration if the budget allows one; False at `max_iterations`."""
         if self.iteration >= self.budget.max_iterations:
+            self.warn(f"stopped at max_iterations={self.budget.max_iterations}")
             return False
         self.iteration += 1
         return True
@@ -542,8 +545,6 @@ class Run:
 
     def finish(self, stop_reason: StopReason, **result: Any) -> LoopResult:
         """The run's prediction: `result` over the fields set by `set_latest` over the best candidate."""
-        if stop_reason == "max_iterations":
-            self.warn(f"stopped at max_iterations={self.budget.max_iterations}")
         measured = {
             "iterations": self.iteration,
             "stop_reason": stop_reason,
@@ -719,6 +720,8 @@ class Run:
                                f"timeout_s={self.budget.timeout_s} reached") from error
         tally.fail(_describe(error))
         what = "its answer could not be parsed" if is_unparseable(error) else _describe(error)
+        if not llm:  # a phase is the caller's code: point at the line that raised
+            what += _raised_at(error)
         raise RoleFailed(role, f"{role} failed after {tally.attempts} attempt(s): {what}") from error
 
     def _out_of_time(self) -> bool:
@@ -815,6 +818,28 @@ def _tokens(entries: Any) -> dict[str, int]:
         tokens["input"] += int(entry.get("prompt_tokens") or 0)
         tokens["output"] += int(entry.get("completion_tokens") or 0)
     return tokens
+
+
+_NOT_USER_CODE = tuple(sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib"))
+
+
+def _raised_at(error: BaseException) -> str:
+    """Where in the caller's own code `error` was raised (the innermost frame outside loops, the standard library
+    and installed packages), as ` (at FILE:LINE in FUNCTION: SOURCE)`; "" when no frame is theirs."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        module = frame.f_globals.get("__name__", "")
+        if not (module == "loops" or module.startswith("loops.")) and not frame.f_code.co_filename.startswith(
+                _NOT_USER_CODE):
+            found = tb
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    code, line = found.tb_frame.f_code, found.tb_lineno
+    source = linecache.getline(code.co_filename, line).strip()
+    return f" (at {code.co_filename}:{line} in {code.co_name}{': ' + source if source else ''})"
 
 
 def _describe(error: BaseException) -> str:

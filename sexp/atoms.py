@@ -5,7 +5,8 @@
       (instructions "Summarize {{text}} in at most {{limit}} words.")
       (returns (summary string) (keywords list))   ; optional: without it, one output `content`
       (description "One-paragraph summaries")      ; optional
-      (model "openai/gpt-4o-mini"))                ; optional: the LM of this atom alone
+      (model "openai/gpt-4o-mini"))                ; optional: the LM of this atom alone (unless the run
+                                                   ; overrides every atom's: compile(..., atom_model=...))
 
 `{{p}}` names the input field `p`; the value travels as that field (the instructions only refer to
 it), so an optimizer may rewrite the instructions freely. `(output_format ((type "json") (schema
@@ -78,8 +79,9 @@ class Atom:
 
     def __init__(self, name: str, params: list[tuple[str, Any]], instructions: str,
                  outputs: list[tuple[str, Any]], description: str = "", lm: dspy.BaseLM | None = None,
-                 structured: bool = False, optional: frozenset[str] = frozenset()):
+                 structured: bool = False, optional: frozenset[str] = frozenset(), model: str | None = None):
         self.name = name
+        self.model = model  # what its (model ...) clause names, if it has one
         self.structured = structured
         self.params = tuple(param for param, _ in params)
         self.optional = optional  # parameters a call may leave out: they travel as None
@@ -260,16 +262,18 @@ def _defatom(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
                                     "outputs need names of their own (e.g. improved-text)",
                                     clauses.get("returns", clauses.get("output_format", node)))
     description = _string(analyzer, clauses["description"]) if "description" in clauses else ""
-    lm = None
-    if "model" in clauses:
+    model = _string(analyzer, clauses["model"]) if "model" in clauses else None
+    lm = analyzer.interpreter.atom_model  # the run's override of every atom's model, if any
+    if lm is None and model is not None:
         from loops.lm import resolve  # checked now: an unknown model fails before the program runs
 
         try:
-            lm = resolve(_string(analyzer, clauses["model"]))
+            lm = resolve(model)
         except ConfigurationError as error:
             raise DslValueError(str(error), clauses["model"].value[1]) from None
     atom = Atom(name, params, instructions, outputs, description, lm,
-                structured="output_format" in clauses or "returns" in clauses, optional=frozenset(optional))
+                structured="output_format" in clauses or "returns" in clauses, optional=frozenset(optional),
+                model=model)
     # Later forms call it with named arguments, and a compiled program lists it among its predictors.
     analyzer.interpreter.named_operators.add(name)
     analyzer.interpreter.atoms[name] = atom

@@ -227,6 +227,7 @@ class Evaluation:
         self.warnings: list[str] = []
         self.log: list[str] = []
         self.loop_runs: dict[Node, int] = {}  # how many times each loop form has run in this run
+        self.last_loop: tuple[str, bool] | None = None  # the last loop form's (stop_reason, success)
         self.value: Any = NIL
         self.steps = 0
         self.depth = 0

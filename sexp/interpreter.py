@@ -52,6 +52,8 @@ class Interpreter:
     - `limits`: the step budget, wall clock and recursion depth of each run.
     - `schemas`: names to pydantic models that `defatom`'s `(output_format ((type "json") (schema
       "NAME")))` may name, besides the built-in ones (`loops.sexp.atoms.SCHEMAS`).
+    - `atom_model`: the LM every atom runs on, over its own `(model ...)` clause (a `dspy.LM` or a model string
+      for `loops.lm.resolve`, e.g. "local"): a program written for a hosted model runs offline unchanged.
     """
 
     def __init__(
@@ -62,9 +64,15 @@ class Interpreter:
         workspace: str | os.PathLike[str] | None = None,
         limits: Limits | None = None,
         schemas: Mapping[str, type[BaseModel]] | None = None,
+        atom_model: Any = None,
     ):
         if context is not None and not callable(context):
             raise ConfigurationError(f"the context provider must be a callable, got {context!r}")
+        if atom_model is not None:
+            from loops.lm import resolve
+
+            atom_model = resolve(atom_model)
+        self.atom_model = atom_model
         self.limits = limits if limits is not None else Limits()
         self.workspace = workspace
         self.context = context if context is not None else WorkspaceContext(workspace)

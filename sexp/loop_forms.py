@@ -27,12 +27,13 @@ one; there is no second loop implementation here.
       (context "")                                          ; optional
       (creator  (lambda (requirements context iteration) ...))         ; -> a draft
       (critic   (lambda (requirements draft iteration) ...))           ; -> a verdict
-      (iterator (lambda (requirements draft verdict iteration) ...)))  ; -> the revised draft
+      (iterator (lambda (requirements draft feedback iteration) ...)))  ; -> the revised draft
 
 Clauses are checked when the program is analysed (missing, duplicate, unknown) and the phases when
 the form runs, before the loop starts (a procedure, of the contract's arity); each error points at
 its clause. A controller decides with `(list 'continue next-input)` or `(list 'stop value)`; a
-critic's verdict is `#t`/`#f`, `(list approved feedback)` or a record with `approved`. A malformed
+critic's verdict is `#t`/`#f`, `(list approved feedback)` or a record with `approved`; the iterator gets
+its feedback as text ("" when the verdict has none). A malformed
 decision or verdict, or any DSL error inside a phase, is a bug in the program: it propagates with
 its position. A limit (max-iterations, the run's time, LM calls, tokens) ends the loop gracefully
 with a warning; the form's value is then the last executor result (the last draft), nil when none
@@ -66,10 +67,11 @@ from loops.sexp.evaluator import (
     run_closure,
     special_form,
 )
+from loops.sexp.primitives import get_field
 from loops.sexp.reader import Node
-from loops.sexp.values import NIL, Symbol, to_dsl, to_source
+from loops.sexp.values import NIL, Symbol, is_list, to_dsl, to_source
 
-__all__ = ["LOOP_FORMS"]
+__all__ = ["LOOP_FORMS", "ProgramOutcome", "program_outcome"]
 
 
 @dataclass(frozen=True)
@@ -315,10 +317,34 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
             finally:
                 _running_phases.reset(token)
             _fold(prediction, form, ev, node)
+            ev.last_loop = (prediction.stop_reason, bool(prediction.success))
             final = _unbox(prediction.final)
             return NIL if final is None else to_dsl(final)
 
         return run
+
+
+@dataclass(frozen=True)
+class ProgramOutcome:
+    """How a program run ended: its value, its stop reason and whether it succeeded (`program_outcome`)."""
+
+    value: Any
+    stop_reason: str
+    success: bool
+
+
+def program_outcome(ev: Evaluation) -> ProgramOutcome:
+    """The one rule of a DSL program's success (docs/dsl.md): a program whose value is a record with a boolean
+    `success` gives its own verdict (stop reason `completed`); else a program that ran a loop form ends as its
+    last loop form did (`approved`, `stopped`, `max_iterations`, ... and that loop's success); else it
+    succeeded by running to its end (`completed`)."""
+    value = ev.value
+    verdict = get_field(value, "success") if isinstance(value, dict) or is_list(value) else NIL
+    if isinstance(verdict, bool):
+        return ProgramOutcome(value, "completed", verdict)
+    if ev.last_loop is not None:
+        return ProgramOutcome(value, *ev.last_loop)
+    return ProgramOutcome(value, "completed", True)
 
 
 def _execute_validate(phases: dict[str, Any], interpreter: Any) -> Any:

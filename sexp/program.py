@@ -13,9 +13,10 @@ with `checkpoint` and `run_id` the program's atom calls and its loops are record
 replays them without calling the LM again),
 as one run of the loop runtime: atoms called anywhere in it are role calls of that run (traced,
 budget-checked, retried), and a loop form's run folds into it. The prediction has `result` (the value
-of the last form) with the runtime's result fields (`final` is `result`; `success` is True when the
-program ran to its end, `stop_reason` "completed"; a spent budget stops it gracefully, with the
-warnings and trace so far). A DSL error raises, with its position.
+of the last form) with the runtime's result fields (`final` is `result`; `success` and `stop_reason` by
+`loops.sexp.loop_forms.program_outcome`: the program's own verdict, else its last loop form's, else
+"completed" and True; a spent budget stops it gracefully, with the warnings and trace so far). A DSL error
+raises, with its position.
 
 Top-level `defatom`s are the module's predictors, named by their DSL names, so `save()`/`load()` and
 every teleprompter see them before the program runs.
@@ -42,6 +43,7 @@ from loops.sexp.atoms import atom_predictors
 from loops.sexp.errors import LimitExceeded
 from loops.sexp.evaluator import Env, Limits, out_of_memory
 from loops.sexp.interpreter import Interpreter
+from loops.sexp.loop_forms import ProgramOutcome, program_outcome
 from loops.sexp.values import to_dsl
 
 __all__ = ["SexpProgram", "compile", "read_program"]
@@ -56,12 +58,13 @@ class SexpProgram(LoopModule):
     def __init__(self, source: str, filename: str = "<string>", *,
                  tools: Mapping[str, Callable[..., Any]] | None = None, context: Callable[..., Any] | None = None,
                  workspace: str | os.PathLike[str] | None = None, limits: Limits | None = None,
-                 schemas: Mapping[str, type[BaseModel]] | None = None, **options: Any):
+                 schemas: Mapping[str, type[BaseModel]] | None = None, atom_model: Any = None, **options: Any):
         options.setdefault("max_iterations", 1)
         super().__init__(**options)
         self.source = source
         self.filename = filename
-        self._interpreter = Interpreter(tools, context, workspace=workspace, limits=limits, schemas=schemas)
+        self._interpreter = Interpreter(tools, context, workspace=workspace, limits=limits, schemas=schemas,
+                                        atom_model=atom_model)
         self._program = self._interpreter.analyze(source, filename)
         top_level = {node.value[1].symbol for node in self._program.nodes
                      if node.is_list and len(node.value) > 1 and node.value[0].symbol == "defatom"}
@@ -72,6 +75,12 @@ class SexpProgram(LoopModule):
                                          "rename the atom (e.g. with a user: prefix)")
             setattr(self, name, self._interpreter.atoms[name].predictor)
             self._llm_roles.append(name)
+
+    @property
+    def atom_models(self) -> dict[str, str]:
+        """The top-level atoms that name their own model (`(model ...)`), with the model string they name."""
+        atoms = self._interpreter.atoms
+        return {name: atoms[name].model for name in self._atom_names if atoms[name].model is not None}
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
         options, bindings = _call_options(inputs)
@@ -87,10 +96,10 @@ class SexpProgram(LoopModule):
 
     def _loop(self, run: Run, bindings: dict[str, Any]) -> RoleCalls:
         run.next_iteration()
-        value = yield from run.call_phase("program", self._evaluate, bindings=bindings)
-        return run.finish("completed", final=value, success=True)
+        outcome = yield from run.call_phase("program", self._evaluate, bindings=bindings)
+        return run.finish(outcome.stop_reason, final=outcome.value, success=outcome.success)
 
-    def _evaluate(self, bindings: dict[str, Any]) -> Any:
+    def _evaluate(self, bindings: dict[str, Any]) -> ProgramOutcome:
         interpreter = self._interpreter
         ev = interpreter.start_evaluation()
         # The run's own copy of the globals: a `set!` of a primitive's or a tool's name stays in this run.
@@ -106,12 +115,12 @@ class SexpProgram(LoopModule):
                         raise LimitExceeded("recursion too deep for Python's stack", node, limit="max_depth") from None
                     except MemoryError:
                         raise out_of_memory(node) from None
+            return program_outcome(ev)
         finally:
             atom_predictors.reset(token)
             run = current_run()
             if run is not None:
                 run.warnings.extend(ev.warnings)
-        return ev.value
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SexpProgram:
         """The analysed program is shared (it holds no run state); the atoms' predictors are copied."""
@@ -157,7 +166,8 @@ def compile(source_or_path: str | os.PathLike[str], tools: Mapping[str, Callable
     `context` answers `get_context` (a callable taking `query`, `inputs` and `matching_strategy`
     keyword arguments, returning a list of paths). Other options: `workspace` (where the shell tool
     and the default context provider work), `limits` (`loops.sexp.Limits`: steps, wall clock, depth),
-    `schemas` (names to pydantic models for defatom's `output_format`) and the loop module's own
+    `schemas` (names to pydantic models for defatom's `output_format`), `atom_model` (the LM every atom runs
+    on, over its own `(model ...)`: an LM or a model string such as "local") and the loop module's own
     (`budget`, `retry`, `strict`, `history_window`, `checkpoint`, ...).
     """
     if isinstance(source_or_path, os.PathLike) or (

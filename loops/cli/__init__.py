@@ -1,5 +1,6 @@
 """The `loops` command: run a loop pattern from the shell with a live view of every role call.
 
+\b
 Exit codes:
 0  success: the critic approved, the tests pass, the evaluator passed it, the program ran to its end
 1  the loop ended without success (a program: a budget or a limit stopped it)
@@ -10,9 +11,11 @@ Exit codes:
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
+import click
 import typer
 from typer.core import TyperGroup
 
@@ -28,6 +31,10 @@ class _OneLineErrors(TyperGroup):
     says what to fix, and a usage box or a traceback would only bury it."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not sys.stdout.isatty():
+            _plain_help(self)
+            kwargs.setdefault("terminal_width", _help_width())
+            kwargs.setdefault("max_content_width", _help_width())
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except (typer.TyperException, ConfigurationError) as exc:  # the former: a bad option, a missing argument
@@ -38,6 +45,23 @@ class _OneLineErrors(TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else EXIT_SUCCESS)
+
+
+def _plain_help(command: click.Command) -> None:
+    """Help as plain text, for a pipe or a file: rich's boxed columns, squeezed to a width no terminal
+    sets, wrap every option's help into a narrow column."""
+    command.rich_markup_mode = None
+    for subcommand in getattr(command, "commands", {}).values():
+        _plain_help(subcommand)
+
+
+def _help_width() -> int:
+    """The width of help text with no terminal to measure: TERMINAL_WIDTH or COLUMNS, else 100."""
+    for variable in ("TERMINAL_WIDTH", "COLUMNS"):
+        value = os.environ.get(variable, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 100
 
 
 def _usage_error(message: str) -> int:

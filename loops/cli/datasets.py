@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import dspy
 import typer
 
 from loops.cli.options import ModelChoice, console, load_program, name_value_pairs, with_options
 from loops.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import dspy
 
 __all__ = ["batch_command", "eval_command", "load_examples", "load_sets", "optimize_command"]
 
@@ -36,6 +38,8 @@ MaxIterationsOption = Annotated[int | None, typer.Option(
 SamplesOption = Annotated[int | None, typer.Option(
     min=1, max=100, help="fix: candidates per iteration [default: by model]")]
 ThreadsOption = Annotated[int, typer.Option(min=1, max=64, help="Examples run at once")]
+VerboseOption = Annotated[bool, typer.Option("--verbose", help="Show DSPy's own log lines (its optimizers' INFO "
+                                             "messages) above the progress display")]
 
 
 def _data_form(kind: str, data: str) -> str:
@@ -97,8 +101,11 @@ def optimize_command(
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
     threads: ThreadsOption = 1,
+    verbose: VerboseOption = False,
 ) -> None:
     """Score a loop on the validation examples, optimize it on the training ones, score it again, save it."""
+    import dspy
+
     import loops.optimize
 
     if out.suffix != ".json":
@@ -109,7 +116,7 @@ def optimize_command(
     started = time.monotonic()
     with dspy.context(lm=lm):
         _, report = loops.optimize.run(module, trainset, valset, optimizer=optimizer, out=out, num_threads=threads,
-                                       **_options(option or []))
+                                       verbose=verbose, **_options(option or []))
     console.print(report.summary(), highlight=False, soft_wrap=True)
     console.print(f"saved to {out} ({time.monotonic() - started:.0f} s in all)", highlight=False, soft_wrap=True)
 
@@ -124,8 +131,11 @@ def eval_command(
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
     threads: ThreadsOption = 1,
+    verbose: VerboseOption = False,
 ) -> None:
     """Score a loop (or a saved one, --program) on the validation examples of --data."""
+    import dspy
+
     import loops.optimize
 
     module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
@@ -134,7 +144,7 @@ def eval_command(
         raise ConfigurationError(f"--data {data!r} holds no validation examples for {kind}")
     lm = choice.resolve()
     with dspy.context(lm=lm):
-        score, stage = loops.optimize.evaluate(module, valset, num_threads=threads)
+        score, stage = loops.optimize.evaluate(module, valset, num_threads=threads, verbose=verbose)
     console.print(f"{kind}: score {score.score:.3f}; solved {score.solved} of {score.examples}; "
                   f"{stage.lm_calls} LM calls, {stage.tokens} tokens, {stage.seconds:.1f} s",
                   highlight=False, soft_wrap=True)
@@ -156,6 +166,8 @@ def batch_command(
     samples: SamplesOption = None,
 ) -> None:
     """Run a loop on every example of --data, many at once, streaming one result per line to --out."""
+    import dspy
+
     import loops.batch
     from loops.optimize.runner import default_metric
 

@@ -11,37 +11,46 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import importlib
 import inspect
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
-import dspy
 import typer
 from rich.console import Console
 
-from loops.adapters import ADAPTERS
-from loops.code.defaults import POLICIES
-from loops.creator_critic import CreatorCriticIterator
-from loops.director import DirectorExecutorEvaluatorController
+from loops.choices import ADAPTER_NAMES, POLICIES
 from loops.errors import ConfigurationError
-from loops.execute_validate import ExecuteValidateController
+
+if TYPE_CHECKING:
+    import dspy
 
 __all__ = ["EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS", "EXIT_USAGE", "KINDS", "AdapterName", "ModelChoice",
-           "Policy", "RunOptions", "console", "load_program", "name_value_pairs", "with_options"]
+           "Policy", "RunOptions", "console", "kind_class", "load_program", "name_value_pairs", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 console = Console()
 
 Policy = enum.StrEnum("Policy", {name: name for name in POLICIES})
-AdapterName = enum.StrEnum("AdapterName", {name: name for name in ADAPTERS})
+AdapterName = enum.StrEnum("AdapterName", {name: name for name in ADAPTER_NAMES})
 
-# The programs a command runs by name; any other is a DSL program, FILE.sexp.
-KINDS = {"refine": CreatorCriticIterator, "fix": ExecuteValidateController,
-         "direct": DirectorExecutorEvaluatorController}
+# The programs a command runs by name, as module:class (imported when a command runs, not for --help); any
+# other is a DSL program, FILE.sexp.
+KINDS = {"refine": "loops.creator_critic:CreatorCriticIterator",
+         "fix": "loops.execute_validate:ExecuteValidateController",
+         "direct": "loops.director:DirectorExecutorEvaluatorController"}
+
+
+def kind_class(kind: str) -> type | None:
+    """The loop class a program kind names (`refine`, `fix`, `direct`); None for any other (a DSL program)."""
+    if kind not in KINDS:
+        return None
+    module, _, name = KINDS[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _check_timeout(value: float) -> float:
@@ -71,7 +80,7 @@ class ModelChoice:
     adapter: Annotated[AdapterName | None, typer.Option(
         "--adapter", help="How roles ask for structured answers: 'chat' (DSPy's field markers), 'json' (a JSON "
         "object; the output schema goes to the server), 'compact' (JSON without a template of placeholders) "
-        "[default: compact for 'local', else chat]")] = None
+        "[default: compact for 'local' and with --api-base, else chat]")] = None
 
     def resolve(self) -> dspy.BaseLM:
         from loops.lm import resolve
@@ -160,21 +169,23 @@ def name_value_pairs(items: list[str], option: str, example: str) -> list[tuple[
 def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Module:
     """The program a command runs: the saved one at `program` (checked to be of `kind`; `arguments` given
     override its own), or a new one of `kind` built with `arguments`. None means "not given"."""
-    from loops.saving import load
-    from loops.sexp.program import SexpProgram, read_program
+    from loops.saving import load, saved_class
 
     arguments = {name: value for name, value in arguments.items() if value is not None}
-    expected = KINDS.get(kind)
-    if expected is None and not kind.endswith(".sexp"):
+    if kind not in KINDS and not kind.endswith(".sexp"):
         raise ConfigurationError(f"unknown program {kind!r}: use refine, fix, direct or a FILE.sexp")
     if "samples" in arguments and kind != "fix":
         raise ConfigurationError(f"--samples is an option of fix, not of {kind}")
+    expected = kind_class(kind)
     if program is not None:
-        loaded = load(program, **arguments)
-        if not isinstance(loaded, expected or SexpProgram):
-            raise ConfigurationError(f"--program {str(program)!r} is a {type(loaded).__name__}, not a "
+        from loops.sexp.program import SexpProgram, read_program
+
+        saved = saved_class(program)  # checked before it is built: another kind takes other options
+        if not issubclass(saved, expected or SexpProgram):
+            raise ConfigurationError(f"--program {str(program)!r} is a {saved.__name__}, not a "
                                      f"{(expected or SexpProgram).__name__}: give it to `loops "
-                                     f"{_command_of(loaded)}` instead")
+                                     f"{_command_of(saved)}` instead")
+        loaded = load(program, **arguments)
         if expected is None and read_program(Path(kind)) != loaded.source:
             raise ConfigurationError(f"--program {str(program)!r} was compiled from another text than {kind!r}: "
                                      "give the .sexp file it was optimized from")
@@ -186,8 +197,8 @@ def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Modu
     return expected(**arguments)
 
 
-def _command_of(program: dspy.Module) -> str:
-    for name, cls in KINDS.items():
-        if isinstance(program, cls):
+def _command_of(program: type) -> str:
+    for name in KINDS:
+        if issubclass(program, kind_class(name)):
             return name
     return "run"

@@ -9,8 +9,6 @@ import typer
 
 from loops.cli.options import ModelChoice, Policy, RunOptions, console, load_program, with_options
 from loops.cli.progress import report, run_with_progress
-from loops.code.defaults import code_loop_defaults
-from loops.validators import ShellValidator
 
 __all__ = ["direct", "fix", "refine"]
 
@@ -45,7 +43,9 @@ def fix(
     files: Annotated[
         list[str] | None, typer.Option("--files", "-f", help="Workspace files to show the executor")
     ] = None,
-    target_file: Annotated[str, typer.Option(help="The file the executor writes")] = "solution.py",
+    target_file: Annotated[str | None, typer.Option(help=(
+        "The file the executor writes [default: the module the tests import (from mul import ... -> mul.py), "
+        "else solution.py]"))] = None,
     policy: Annotated[
         Policy | None, typer.Option(help="'repair' (show earlier attempts), 'fresh' (new samples) or 'auto' (repair "
                                     "until it repeats itself, then fresh) [default: auto on the embedded model, "
@@ -70,7 +70,16 @@ def fix(
     """Execute–Validate–Controller: write code, run the tests, repeat until they pass.
 
     Unset options follow the model (loops.code.code_loop_defaults)."""
+    from loops.code.defaults import code_loop_defaults
+    from loops.execute_validate import DEFAULT_TARGET_FILE, ExecuteValidateController
+    from loops.validators import ShellValidator
+
     ShellValidator(workspace=workspace).check(test_command)
+    if target_file is None and program is None:  # said before the run: the tests' imports decide the file
+        target_file = ExecuteValidateController.target_for(workspace, test_command)
+        if target_file != DEFAULT_TARGET_FILE:
+            console.print(f"the tests import {target_file.removesuffix('.py').replace('/', '.')}: writing "
+                          f"{target_file} (--target-file chooses another)", highlight=False)
     lm = choice.resolve()
     if max_iterations is None and program is None:
         max_iterations = code_loop_defaults(lm).max_iterations

@@ -63,8 +63,11 @@ def run_program(
     allow_executable: Annotated[list[str] | None, typer.Option(
         "--allow-executable", metavar="NAME", help="Grant the shell tool for this executable only (repeatable): a "
         "command whose first word is not one of them is refused")] = None,
+    override_atom_models: Annotated[bool, typer.Option(
+        "--override-atom-models", help="Run every atom on --model, over its own (model ...) clause: a program "
+        "written for a hosted model runs offline unchanged")] = False,
 ) -> None:
-    """Run an S-expression program (see docs/dsl.md); its atoms use --model.
+    """Run an S-expression program (see docs/dsl.md); its atoms use --model unless they name their own.
 
     Exit codes as for the loops: 1 when a limit stopped the program (its LM budget, or its steps, wall
     clock, recursion depth, size caps or memory, shown with the form's position), 2 for an error in the
@@ -82,6 +85,9 @@ def run_program(
                "tools": _granted_tools(allow_shell, allow_executable),
                "budget": Budget(max_iterations=1, timeout_s=run.timeout, max_tokens=run.token_budget,
                                 max_cost_usd=run.max_cost)}
+    lm = choice.resolve()
+    if override_atom_models:
+        options["atom_model"] = lm
     try:
         compiled = compile(program, **options) if saved is None else load_program(str(program), saved, **options)
     except DslError as error:
@@ -92,7 +98,13 @@ def run_program(
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     try:
-        result, seconds = run_with_progress(compiled, choice, run.trace, **bindings)
+        result, seconds = run_with_progress(compiled, lm, run.trace, **bindings)
+    except ConfigurationError as error:  # e.g. an atom's own hosted model, without its key
+        if override_atom_models or not compiled.atom_models:
+            raise
+        named = ", ".join(f"{atom} ({model})" for atom, model in compiled.atom_models.items())
+        raise ConfigurationError(f"{error} [atoms with their own model: {named}; --override-atom-models runs "
+                                 "every atom on --model]") from error
     except LimitExceeded as error:  # its step budget, wall clock or recursion depth: a limit, as --timeout is
         typer.echo(str(error), err=True)
         raise typer.Exit(EXIT_NO_SUCCESS) from None
@@ -101,7 +113,9 @@ def run_program(
         raise typer.Exit(EXIT_USAGE) from None
     finally:
         log.removeHandler(handler)
-    console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}", expand=False))
+    outcome = "success" if result.success else "no success"  # the last loop form's, or the program's own verdict
+    console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}, {outcome}",
+                        expand=False))
     console.print(f"LM calls: {result.lm_calls}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -7,9 +7,8 @@ import json
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import dspy
 import typer
 from rich.console import Group
 from rich.live import Live
@@ -20,7 +19,11 @@ from rich.table import Table
 from loops.cli.options import EXIT_NO_SUCCESS, EXIT_RUN_FAILED, EXIT_SUCCESS, ModelChoice, console
 from loops.context import observing
 from loops.errors import ConfigurationError
-from loops.runtime import Step
+
+if TYPE_CHECKING:
+    import dspy
+
+    from loops.runtime import Step
 
 __all__ = ["LiveProgress", "open_trace", "report", "run_with_progress"]
 
@@ -37,8 +40,8 @@ class LiveProgress:
         self.live = Live(self, console=console, refresh_per_second=8, transient=False)
 
     def __rich__(self) -> Group:
-        if self.running is None:
-            return Group(self.table)
+        if self.running is None:  # nothing at all before the first role call: an error then stands alone
+            return Group(self.table) if self.table.row_count else Group()
         role, iteration, started = self.running
         status = Spinner("dots", text=f"{role} (iteration {iteration}) {time.monotonic() - started:.1f}s")
         return Group(self.table, status)
@@ -72,9 +75,12 @@ def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoic
     A wrong `--model` (or option of it) or an unwritable `--trace` raises `ConfigurationError` before
     any LM call.
     """
+    import dspy
+
     from loops.lm import resolve
 
-    lm = model.resolve() if isinstance(model, ModelChoice) else resolve(model)
+    lm = model.resolve() if isinstance(model, ModelChoice) else model if isinstance(model, dspy.BaseLM) else (
+        resolve(model))
     with ExitStack() as stack:
         trace_file = stack.enter_context(open_trace(trace)) if trace else None
         progress = LiveProgress(trace_file)
@@ -88,7 +94,8 @@ def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoic
                 finally:  # a run that raised (an error in a DSL program) leaves no spinner behind
                     progress.running = None
         finally:
-            console.print()
+            if progress.table.row_count:
+                console.print()
     return result, time.monotonic() - started
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from loops.checkpoint import SQLiteStore, unpack
 from loops.cli.options import console
+
+if TYPE_CHECKING:
+    from loops.checkpoint import SQLiteStore
 
 __all__ = ["app"]
 
@@ -20,6 +22,8 @@ CheckpointArgument = Annotated[Path, typer.Argument(help="The checkpoint file (S
 
 
 def _store(path: Path) -> SQLiteStore:
+    from loops.checkpoint import SQLiteStore
+
     if not path.is_file():
         raise typer.BadParameter(f"{str(path)!r} does not exist", param_hint="CHECKPOINT")
     return SQLiteStore(path)
@@ -42,6 +46,8 @@ def list_runs(checkpoint: CheckpointArgument) -> None:
 def show(checkpoint: CheckpointArgument,
          run_id: Annotated[str, typer.Argument(help="The run to show")]) -> None:
     """Every recorded call of one run: role, iteration, seconds, LM calls, tokens and outputs."""
+    from loops.checkpoint import unpack
+
     store = _store(checkpoint)
     if run_id not in {run.run_id for run in store.runs()}:
         raise typer.BadParameter(f"no run {run_id!r} in {str(checkpoint)!r}; `loops runs list` shows them",

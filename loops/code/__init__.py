@@ -25,6 +25,7 @@ from loops.code.python import (
     defined_functions,
     extract_code,
     failure_digest,
+    module_the_tests_import,
     names_the_tests_miss,
     read_interface,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "failure_digest",
     "names_the_tests_miss",
     "next_request",
+    "module_the_tests_import",
     "read_interface",
     "tests_controller",
     "worked_examples",

@@ -380,4 +380,17 @@ def _transport_error(exc: Exception) -> Exception:
     if isinstance(exc, TimeoutError) or type(exc).__name__ in ("TimeoutException", "ReadTimeout", "ConnectTimeout",
                                                                  "ServerTimeoutError"):
         return LMTimeout(f"no answer within {SERVER_TIMEOUT_S:.0f}s: {exc}")
-    return TransportError(f"{type(exc).__name__}: {exc}")
+    address = _address_of(exc)
+    where = f"cannot reach the server at {address} (is it running there?): " if address else ""
+    return TransportError(f"{where}{type(exc).__name__}: {exc}")
+
+
+def _address_of(exc: Exception) -> str | None:
+    """The address a failed request went to, as the HTTP client's error knows it (httpx's request, aiohttp's
+    host and port)."""
+    try:
+        return str(exc.request.url)  # httpx: raises RuntimeError when the error has no request
+    except (AttributeError, RuntimeError):
+        pass
+    host, port = getattr(exc, "host", None), getattr(exc, "port", None)
+    return f"{host}:{port}" if host else None

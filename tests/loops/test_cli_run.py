@@ -43,7 +43,7 @@ def test_a_program_runs_with_its_inputs_its_log_and_exit_code_0(scripted, tmp_pa
     assert outcome.exit_code == 0, outcome.output
     assert "log: n is 10" in outcome.stdout
     assert "3628800" in outcome.stdout
-    assert "fact.sexp: completed" in outcome.stdout
+    assert "fact.sexp: completed, success" in outcome.stdout
 
 
 def test_atoms_run_on_the_model_and_every_call_reaches_the_trace_file(scripted, tmp_path):
@@ -58,6 +58,34 @@ def test_atoms_run_on_the_model_and_every_call_reaches_the_trace_file(scripted, 
     steps = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [step["role"] for step in steps] == ["user:slogan", "program"]
     assert steps[0]["inputs"] == {"product": "a bottle"}
+
+
+def test_override_atom_models_runs_a_seed_style_program_on_the_runs_model(scripted, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    program = tmp_path / "seed.sexp"
+    program.write_text('(defatom user:slogan (params (product string)) (instructions "A slogan for {{product}}.")\n'
+                       '  (returns (slogan string)) (model "gpt-4-turbo"))\n'
+                       '(get-field (user:slogan (product "a bottle")) "slogan")\n')
+
+    outcome = invoke("run", str(program), "--model", "openai/scripted", "--override-atom-models")
+
+    assert outcome.exit_code == 0, outcome.output
+    assert '"Drink up"' in outcome.stdout and len(scripted[-1].engine.requests) == 1
+
+
+@pytest.mark.parametrize(("verdict", "exit_code", "title"), [
+    ('(list #f "longer")', 1, "max_iterations, no success"), ("#t", 0, "approved, success")])
+def test_a_program_succeeds_as_its_last_loop_form_did(scripted, tmp_path, verdict, exit_code, title):
+    program = tmp_path / "refine.sexp"
+    program.write_text(f"""(creator-critic-loop (max-iterations 2) (requirements "r")
+  (creator (lambda (requirements context n) "draft"))
+  (critic (lambda (requirements draft n) {verdict}))
+  (iterator (lambda (requirements draft feedback n) (string-append draft " " feedback))))""")
+
+    outcome = invoke("run", str(program))
+
+    assert outcome.exit_code == exit_code, outcome.output
+    assert f"refine.sexp: {title}" in outcome.stdout
 
 
 @pytest.mark.parametrize("source, position", [

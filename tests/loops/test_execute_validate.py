@@ -328,8 +328,10 @@ def test_an_exception_in_a_phase_raises_when_strict():
     assert raised.value.__cause__ is boom
     prediction = raised.value.prediction
     assert (prediction.stop_reason, prediction.final) == ("error", "x = 1")  # the attempt is kept
-    assert prediction.warnings == ["stopped by an error: RoleFailed: validator failed after 1 attempt(s): "
-                                   "RuntimeError: validator crashed"]
+    [warning] = prediction.warnings  # where the phase raised, in the caller's code (here, the test's Phase)
+    assert warning.startswith("stopped by an error: RoleFailed: validator failed after 1 attempt(s): "
+                              "RuntimeError: validator crashed (at ")
+    assert warning.endswith("scripted.py:" f"{Phase.__call__.__code__.co_firstlineno + 4} in __call__: raise answer)")
 
 
 # --- phases --------------------------------------------------------------------------------------
@@ -520,6 +522,21 @@ def test_only_the_llm_roles_that_run_are_built():
     assert [name for name, _ in custom.named_predictors()] == ["executor"]
     assert not hasattr(custom, "analyst")
     assert [name for name, _ in ExecuteValidateController(executor=Phase("x")).named_predictors()] == ["analyst"]
+
+
+@pytest.mark.parametrize("max_iterations", [1, 3])
+def test_a_custom_executor_runs_with_no_lm_at_all(tmp_path, max_iterations):
+    # The analyst follows the model, and there is none: it does not run, so it needs none (no analyst=False).
+    module = ExecuteValidateController(max_iterations=max_iterations, executor=Phase({"solution.py": BAD},
+                                                                                       {"solution.py": GOOD}),
+                                       workspace=Workspace(tmp_path))
+
+    with dspy.context(lm=None):
+        result = module(initial_input="task", test_command=CHECK_ODD)
+
+    assert (result.success, result.lm_calls) == (max_iterations > 1, 0)
+    assert [step.role for step in result.trace][:3] == ["executor", "validator", "executor"][:2 * max_iterations]
+    assert module.settings()["analyst"] is False
 
 
 def test_the_builtin_validator_is_cut_off_at_the_runs_deadline(tmp_path):

@@ -179,7 +179,7 @@ def test_a_served_model_is_a_server_lm_that_takes_a_json_schema(monkeypatch):
     ("local", "json", dspy.JSONAdapter),
     ("openai/gpt-4o-mini", None, type(None)),  # DSPy's default (ChatAdapter) applies
     ("openai/gpt-4o-mini", "json", dspy.JSONAdapter),
-    ("openai/smollm2@server", None, type(None)),
+    ("openai/smollm2@server", None, CompactJSONAdapter),  # a server of one's own: its schema goes with each request
     ("openai/smollm2@server", "compact", CompactJSONAdapter),
     ("openai/smollm2@server", "chat", dspy.ChatAdapter),
 ])
@@ -413,6 +413,19 @@ async def test_a_server_that_is_not_there_is_a_transient_transport_error(asynchr
     with pytest.raises(LM_ERRORS.LMTransportError) as caught:
         await lm.acall("Hi") if asynchronous else lm("Hi")
     assert is_transient(caught.value)
+    caught.match(rf"cannot reach the server at (http://)?127\.0\.0\.1:{port}")  # the URL (httpx), host:port (aiohttp)
+
+
+def test_a_refused_connection_names_the_address_in_the_commands_output():
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    outcome = CliRunner().invoke(app, ["refine", "x", "--model", "openai/smollm2", "--api-base",
+                                       f"http://127.0.0.1:{port}/v1", "--timeout", "30"])
+
+    assert outcome.exit_code == 3, outcome.output
+    assert f"cannot reach the server at http://127.0.0.1:{port}/v1/chat/completions" in " ".join(outcome.output.split())
 
 
 def test_a_saved_server_lm_keeps_its_address_but_never_its_key(monkeypatch):

@@ -240,7 +240,10 @@ def escape(request, tmp_path):
     marker = unique_marker()
     pid_file = str(tmp_path / "escaped.pid")
     fragment = ESCAPES[request.param].replace("{sleep}", f"sleep {marker}").replace("PID", pid_file)
-    yield f"{fragment} while [ ! -e {shlex.quote(pid_file)} ]; do sleep 0.01; done;", marker
+    # Wait until the escaped process has become `sleep MARKER` (it writes its pid just before it execs).
+    pid = shlex.quote(pid_file)
+    ready = f"[ -e {pid} ] && tr '\\0' ' ' < /proc/$(cat {pid})/cmdline | grep -q '^sleep '"
+    yield f"{fragment} until {ready}; do sleep 0.01; done;", marker
     assert killed(marker) == [], "an escaped process was left running"
 
 

@@ -101,7 +101,7 @@ def test_creator_critic_loop_revises_until_the_critic_approves():
   (requirements "a slogan")
   (creator (lambda (requirements context n) (string-append "draft for " requirements)))
   (critic (lambda (requirements draft n) (list (> n 1) "shorter, please")))
-  (iterator (lambda (requirements draft verdict n) (string-append draft " (" (car (cdr verdict)) ")"))))"""
+  (iterator (lambda (requirements draft feedback n) (string-append draft " (" feedback ")"))))"""
     assert run(source) == ("draft for a slogan (shorter, please)", [])
 
 
@@ -192,7 +192,7 @@ def test_an_atom_in_a_phase_is_a_role_call_of_the_loops_run_with_its_own_history
     program = compile_program(source)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         result = program()
-    assert (result.result, result.stop_reason, result.lm_calls) == ("v3", "completed", 3)
+    assert (result.result, result.stop_reason, result.success, result.lm_calls) == ("v3", "stopped", True, 3)
     assert [step.iteration for step in result.trace if step.role == "user:improve"] == [1, 2, 3]
     history = result.histories["user:improve"]
     assert history.messages == [{"text": "v0", "improved": "v1"}, {"text": "v1", "improved": "v2"},
@@ -356,7 +356,8 @@ def test_a_loops_max_iterations_warning_reaches_the_compiled_programs_prediction
   (executor (lambda (input n) (* input 10))) (validator (lambda (command n) 1))
   (controller (lambda (result validation input n) (list 'continue result))))"""
     result = compile_program(source)()
-    assert (result.result, result.stop_reason, result.success) == (100, "completed", True)
+    # The program ends as its last loop form did: unsuccessful, at that loop's max-iterations.
+    assert (result.result, result.stop_reason, result.success) == (100, "max_iterations", False)
     assert result.warnings == ["<string>:1:1: iterative-loop: stopped at max_iterations=2"]
     assert [(step.role, step.iteration) for step in result.trace][:3] == [
         ("executor", 1), ("validator", 1), ("controller", 1)]
