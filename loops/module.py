@@ -184,15 +184,17 @@ class LoopModule(dspy.Module):
         if not isinstance(budget, Budget):
             raise ConfigurationError(f"budget must be a loops.Budget, got {budget!r:.100}")
         store, run_id = limits.pop("checkpoint", self.checkpoint), limits.pop("run_id", None)
+        budget = budget.override(**limits) if limits else budget
         replay = None
         if run_id is not None:
             if store is None:
                 raise ConfigurationError(f"run_id={run_id!r} needs a checkpoint: pass checkpoint='runs.db' (or a "
                                          "store) to the module or the call")
+            # Last: it claims the run id, which the run gives up when it ends (`Run.active`).
             replay = Replay(open_store(store), run_id, self.fingerprint(), stable_hash(inputs))
         return Run(
             module=self,
-            budget=budget.override(**limits) if limits else budget,
+            budget=budget,
             retry=self.retry,
             clock=self.clock,
             strict=self.strict,
