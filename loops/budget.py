@@ -76,7 +76,8 @@ class RetryPolicy:
     Transient LM failures (rate limits, time-outs, dropped connections, server errors) are retried
     with exponential backoff, or after the wait the server asks for (Retry-After) when that is longer;
     an answer that cannot be parsed is asked again `parse_retries` times with a little temperature,
-    since asking a deterministic model the same question gives the same unparseable answer. `max_backoff_s` may be `math.inf` (no cap; the run's timeout still cuts it).
+    since asking a deterministic model the same question gives the same unparseable answer.
+    `max_backoff_s` may be `math.inf` (no cap; the run's timeout still cuts it).
     """
 
     attempts: int = 3

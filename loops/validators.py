@@ -15,6 +15,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import inspect
+import math
 import os
 import re
 import secrets
@@ -304,8 +305,9 @@ class ShellValidator:
         clean_env: bool = False,
         env: Mapping[str, str] | None = None,
     ):
-        if timeout_s is None or timeout_s <= 0:
-            raise ConfigurationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s < math.inf:
+            # NaN included: it compares false with everything, so it would never time out nor cap the run's time.
+            raise ConfigurationError(f"timeout_s must be a positive, finite number of seconds, got {timeout_s!r}")
         if max_output_chars < 0:
             raise ConfigurationError(f"max_output_chars must be >= 0, got {max_output_chars!r}")
         if workspace is not None and not isinstance(workspace, Workspace):

@@ -23,6 +23,7 @@ from loops.cli.options import (
     with_options,
 )
 from loops.cli.progress import run_with_progress
+from loops.display import lm_calls_text
 from loops.errors import ConfigurationError
 
 __all__ = ["dsl_value", "repl", "run_program"]
@@ -94,7 +95,7 @@ def run_program(
     finally:
         log.removeHandler(handler)
     console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}", expand=False))
-    console.print(f"LM calls: {result.lm_calls}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
+    console.print(f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     if result.stop_reason == "error":

@@ -13,12 +13,14 @@ import dspy
 import typer
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 from rich.panel import Panel
 from rich.spinner import Spinner
 from rich.table import Table
 
 from loops.cli.options import EXIT_NO_SUCCESS, EXIT_RUN_FAILED, EXIT_SUCCESS, ModelChoice, console
 from loops.context import observing
+from loops.display import lm_calls_text, step_outcome
 from loops.errors import ConfigurationError
 from loops.runtime import Step
 
@@ -57,12 +59,9 @@ class LiveProgress:
 
 
 def _outcome(step: Step) -> str:
-    if step.error:
-        return f"[red]{step.error[:60]}[/red]"
-    outputs = step.outputs or {}
-    if "approved" in outputs:
-        return "[green]approved[/green]" if outputs["approved"] else "needs revision"
-    return "ok"
+    """What the step came to, by the one rule every display follows (`loops.display.step_outcome`)."""
+    outcome = escape(step_outcome(step))
+    return f"[red]{outcome}[/red]" if step.error else outcome
 
 
 def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoice, trace: Path | None,
@@ -107,7 +106,7 @@ def report(result: dspy.Prediction, seconds: float, title: str) -> None:
     console.print(Panel(str(getattr(final, "content", final) or ""), title=title, expand=False))
     cost = "" if result.cost_usd is None else f"   cost: ${result.cost_usd:.4f}"
     console.print(f"stop reason: [bold]{result.stop_reason}[/bold]   iterations: {result.iterations}   "
-                  f"LM calls: {result.lm_calls}   tokens: {result.tokens}{cost}   wall time: {seconds:.1f}s")
+                  f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}{cost}   wall time: {seconds:.1f}s")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     if result.stop_reason == "error":
