@@ -66,7 +66,8 @@ def _outcome(step: Step) -> str:
 
 def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoice, trace: Path | None,
                       **inputs: Any) -> tuple[dspy.Prediction, float]:
-    """Run `module` on `inputs` with the live display; returns its prediction and the wall time.
+    """Run `module` on `inputs` with the live display; returns its prediction and the wall time. The
+    command's LM (`model`) is closed at the end.
 
     A wrong `--model` (or option of it) or an unwritable `--trace` raises `ConfigurationError` before
     any LM call.
@@ -75,6 +76,7 @@ def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoic
 
     lm = model.resolve() if isinstance(model, ModelChoice) else resolve(model)
     with ExitStack() as stack:
+        stack.callback(lm.close)  # a command's LM: its connections end with its run
         trace_file = stack.enter_context(open_trace(trace)) if trace else None
         progress = LiveProgress(trace_file)
         stack.enter_context(dspy.context(lm=lm))  # the LM brings the adapter it needs (its profile)

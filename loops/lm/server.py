@@ -80,6 +80,12 @@ class ServerLM(dspy.LM):
     def api_base(self) -> str:
         return self.engine.api_base
 
+    def close(self) -> None:
+        """Close the connections of its synchronous engine (DSPy leaves an engine it was handed open); a later
+        request opens new ones. Async sessions close with their event loops."""
+        self.engine.close()
+        super().close()
+
 
 class ServerEngine:
     """A DSPy engine for an OpenAI-compatible server's `/chat/completions`: text messages in, one text

@@ -96,17 +96,25 @@ FAULTS = {
 
 def answer_content(body: dict, approve: bool = False) -> str:
     """A JSON object with the keys the request asks for: from its schema, else from the JSON adapter's words;
-    booleans true but `approved` (`approve`), strings "a <key>"."""
+    booleans true but `approved` (`approve`), a choice its last option (FAIL, stop), strings "a <key>"."""
     response_format = body.get("response_format") or {}
     schema = (response_format.get("json_schema") or {}).get("schema") or response_format.get("schema")
     if schema:
-        kinds = {key: field.get("type") for key, field in schema["properties"].items()}
+        fields = schema["properties"]
     else:
         request = body["messages"][-1]["content"]
         keys = re.findall(r"`(\w+)`", request[request.rfind("Respond with a JSON object"):])
-        kinds = {key: "boolean" if key == "approved" or key.endswith("_passed") else "string" for key in keys}
-    return json.dumps({key: (approve if key == "approved" else True) if kind == "boolean" else f"a {key}"
-                       for key, kind in kinds.items()})
+        fields = {key: {"type": "boolean" if key == "approved" or key.endswith("_passed") else "string"}
+                  for key in keys}
+
+    def value(key: str, field: dict) -> object:
+        if "enum" in field:
+            return field["enum"][-1]
+        if field.get("type") == "boolean":
+            return approve if key == "approved" else True
+        return f"a {key}"
+
+    return json.dumps({key: value(key, field) for key, field in fields.items()})
 
 
 def chat_completion(body: dict, content: str) -> dict:
@@ -132,6 +140,7 @@ class FaultyOpenAI(http.server.ThreadingHTTPServer):
         self.faults: dict[tuple[str, int], str] = {}
         self.received: collections.Counter[str] = collections.Counter()
         self.approve = False
+        self.closing = threading.Event()  # set when the server shuts down: hanging requests end then
         self._lock = threading.Lock()
 
     def base_url(self, tenant: str = "t") -> str:
@@ -163,7 +172,7 @@ class _FaultyHandler(http.server.BaseHTTPRequestHandler):
             after = str(wait) if fault == "rate_limited" else email.utils.formatdate(time.time() + wait, usegmt=True)
             return self._send(429, {"error": {"message": "slow down", "type": "rate_limit"}}, {"Retry-After": after})
         if fault == "hang":
-            time.sleep(self.server.hang_s)
+            self.server.closing.wait(self.server.hang_s)
         content = "no fields here" if fault == "unparseable" else answer_content(body, self.server.approve)
         data = json.dumps(chat_completion(body, content)).encode()
         if fault == "truncated":
@@ -203,5 +212,6 @@ def faulty_openai() -> Iterator[FaultyOpenAI]:
     try:
         yield server
     finally:
+        server.closing.set()
         server.shutdown()
         server.server_close()
