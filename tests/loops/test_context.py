@@ -31,9 +31,9 @@ def server():
     given up at a deadline (still waiting in their worker threads) have had their answers."""
     with faulty_openai() as running:
         yield running
-    for worker in threading.enumerate():
-        if worker.name == "loops-deadline":
-            worker.join(timeout=5)
+    waited = time.monotonic() + 5
+    while any(worker.name == "loops-deadline (busy)" for worker in threading.enumerate()) and time.monotonic() < waited:
+        time.sleep(0.01)
     for lm in _made:
         (lm.engine.close if isinstance(lm, ServerLM) else lm.close)()
     _made.clear()
