@@ -32,9 +32,11 @@ class LoopModule(dspy.Module):
     generator; see `loops.runtime`) and call `self._forward(...)` / `self._aforward(...)`.
 
     Every prediction has `final`, `success`, `best_attempt`, `iterations` (1-based: the number of
-    iterations run), `stop_reason`, `warnings`, `trace`, `histories`, `lm_calls` and `error`. Any
+    iterations run), `stop_reason`, `warnings`, `trace`, `histories`, `lm_calls` (the LM requests this
+    process sent) and `error`, and beside them `replayed`, `cached`, `tokens` and `cost_usd`. Any
     `Budget` limit can be passed as a keyword to a call (`module(..., max_iterations=5,
-    timeout_s=None)`), or a whole `budget=Budget(...)`.
+    timeout_s=None)`), or a whole `budget=Budget(...)`; a limit passed by name (`max_iterations=` to the
+    constructor too) replaces that limit of the budget given with it.
     """
 
     contracts: Mapping[str, PhaseContract] = {}
