@@ -656,7 +656,7 @@ class Run:
         self._gated.discard(call_id)
         if exception is None and call_id not in self.usage.answered:
             self.cached += 1
-            self.lm_calls -= counted
+            self.lm_calls -= 1 if counted else 0
         self.usage.answered.discard(call_id)
 
     def program(self, loop: Callable[..., RoleCalls], **inputs: Any) -> RoleCalls:
