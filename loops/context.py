@@ -1,22 +1,37 @@
 """The run in progress in this context (thread or task): the one place every engine, tool, retry and
-DSL primitive reads the run's deadline from, and finds the run to report to.
+DSL primitive reads the run's deadline from, finds the run to report to, and asks before an LM request.
 
 It sits below everything else of the library (it imports only `loops.errors`), so that an engine, a
-validator or the DSL can ask "is there a run, and how long has it left?" without importing the runtime.
-The runtime sets the context when it drives a run (`running`); nothing else does.
+validator or the DSL can ask "is there a run, how long has it left, may I send this request?" without
+importing the runtime. The runtime sets the context when it drives a run (`running`); nothing else does.
+
+Every LM request of a run passes `before_request` first (pydantic-ai's `UsageLimits.check_before_request`
+is the shape): the run's deadline and every limit are checked there, and the request is counted there. A
+run-aware engine (`RUN_AWARE`: the embedded model's, the server engines) asks before each request it sends,
+re-sends included, and bounds each wait by `time_left`; for any other LM the runtime asks for it, before
+each LM call DSPy makes (a DSPy callback), and gives the call up at the deadline itself.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import contextvars
+import queue
+import threading
 import time
-from collections.abc import Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar
 
-from loops.errors import DeadlinePassed
+from loops.errors import DeadlinePassed, RequestRefused
 
-__all__ = ["DeadlinePassed", "Observer", "current_run", "deadline", "observers", "observing", "running", "time_left"]
+__all__ = ["RUN_AWARE", "DeadlinePassed", "Observer", "RequestRefused", "before_request", "current_run", "deadline",
+           "given_up", "observers", "observing", "run_aware", "running", "time_left", "within_deadline"]
+
+# The attribute (on an LM or its engine) saying that its engine asks `before_request` before every request it
+# sends and ends every wait at the run's deadline by itself.
+RUN_AWARE = "loops_run_aware"
+_T = TypeVar("_T")
 
 
 class Observer(Protocol):
@@ -64,6 +79,80 @@ def time_left() -> float | None:
     """Seconds until the current run's deadline (0 once it has passed); None without one."""
     until = _deadline.get()
     return None if until is None else max(0.0, until - time.monotonic())
+
+
+def before_request() -> None:
+    """Ask the current run whether one more LM request may be sent, and count it if so: raises
+    `RequestRefused` (carrying the `LimitReached`) when the run's time or a limit is spent. Outside a run it
+    does nothing. Called before every request, first tries, retries, re-asks and re-sends alike."""
+    run = _current_run.get()
+    if run is not None:
+        run.before_request()
+
+
+def run_aware(lm: Any) -> bool:
+    """Whether `lm`'s engine asks `before_request` itself and stops at the run's deadline (`RUN_AWARE`)."""
+    return bool(getattr(lm, RUN_AWARE, False) or getattr(getattr(lm, "engine", None), RUN_AWARE, False))
+
+
+def given_up(what: str) -> RequestRefused:
+    """What an engine raises for a request it gave up at the run's deadline (`what` says which)."""
+    return RequestRefused(DeadlinePassed(f"{what} was abandoned at the run's deadline"))
+
+
+def within_deadline(work: Callable[[], _T], what: str) -> _T:
+    """`work()`, given up at the current run's deadline: for a call that cannot stop itself (a blocking read,
+    llama.cpp reading a prompt), it runs on a worker thread with this context, and the caller goes on at the
+    deadline (`given_up`) while the worker finishes on its own. Without a deadline, just `work()`."""
+    until = _deadline.get()
+    if until is None:
+        return work()
+    outcome = _WORKERS.submit(contextvars.copy_context().run, work)
+    try:
+        return outcome.result(timeout=max(0.0, until - time.monotonic()))
+    except concurrent.futures.TimeoutError:
+        raise given_up(what) from None
+
+
+class _Workers:
+    """Daemon threads for `within_deadline`: a call gets an idle one, or a new one when none is idle (so calls
+    given up and still running never hold others up); one that finishes waits for the next call, up to `keep`
+    idle. Not a `ThreadPoolExecutor`: its threads are joined at exit, so a call given up while it hangs would
+    hold the process open; and not a new thread per call: DSPy's per-thread state, built again in every new
+    thread, cost ~0.25 ms of CPU a call."""
+
+    def __init__(self, keep: int = 8):
+        self._idle: list[queue.SimpleQueue] = []
+        self._lock = threading.Lock()
+        self._keep = keep
+
+    def submit(self, work: Callable[..., _T], *args: Any) -> concurrent.futures.Future:
+        outcome: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox,), daemon=True, name="loops-deadline").start()
+        inbox.put((work, args, outcome))
+        return outcome
+
+    def _serve(self, inbox: queue.SimpleQueue) -> None:
+        me = threading.current_thread()
+        while True:
+            work, args, outcome = inbox.get()
+            me.name = "loops-deadline (busy)"
+            try:
+                outcome.set_result(work(*args))
+            except BaseException as exc:  # handed to the caller, who re-raises it
+                outcome.set_exception(exc)
+            me.name = "loops-deadline"
+            with self._lock:
+                if len(self._idle) >= self._keep:
+                    return
+                self._idle.append(inbox)
+
+
+_WORKERS = _Workers()
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from loops.signatures.results import ValidationResult
 __all__ = [
     "dsl_error_html",
     "history_html",
+    "lm_calls_text",
     "result_html",
     "result_text",
     "step_html",
@@ -87,6 +88,13 @@ def step_outcome(step: Any) -> str:
     return "ok"
 
 
+def lm_calls_text(result: Any) -> str:
+    """A run's LM requests in a few words: those this process sent, and beside them the calls answered from a
+    checkpoint's record (`replayed`) or from DSPy's cache (`cached`), when there were any."""
+    extra = [f"{result.get(name)} {name}" for name in ("replayed", "cached") if result.get(name)]
+    return f"{result.get('lm_calls')}" + (f" (+{', +'.join(extra)})" if extra else "")
+
+
 def _value(step: Any) -> Any:
     """What the step returned: a phase's value (its outputs are {"result": value}), else the role's fields."""
     outputs = step.outputs or {}
@@ -127,7 +135,7 @@ def result_text(result: Any) -> str:
     trace = list(result.get("trace") or ())
     histories = result.get("histories") or {}
     lines = [f"LoopResult(success={result.get('success')!r}, stop_reason={result.get('stop_reason')!r}, "
-             f"iterations={result.get('iterations')}, lm_calls={result.get('lm_calls')}, "
+             f"iterations={result.get('iterations')}, lm_calls={lm_calls_text(result)}, "
              f"tokens={result.get('tokens')},",
              f"    final={_cut(repr(result.get('final')), _SHORT)},"]
     if result.get("warnings"):
@@ -146,7 +154,7 @@ def result_html(result: Any) -> str:
     folded <details> block."""
     summary = [("final", _pre(result.get("final"))), ("success", _escape(result.get("success"))),
                ("stop reason", _escape(result.get("stop_reason"))), ("iterations", _escape(result.get("iterations"))),
-               ("LM calls", _escape(result.get("lm_calls"))), ("tokens", _escape(result.get("tokens")))]
+               ("LM calls", _escape(lm_calls_text(result))), ("tokens", _escape(result.get("tokens")))]
     if result.get("cost_usd"):
         summary.append(("cost", f"${result.get('cost_usd'):.4f}"))
     if result.get("warnings"):

@@ -18,6 +18,10 @@
     └── DslError                             an error in a DSL program, at a position: its own branch,
                                              drawn in `loops.sexp.errors`
 
+    RequestRefused (BaseException)           no error of the tree, a carrier: the run's limits refused an
+                                             LM request where DSPy would swallow or wrap an Exception (a
+                                             callback, an engine); the runtime raises its `limit` instead
+
 A developer's mistake always raises. A failure during a run never loses the work: by default the
 loop ends gracefully with the best result so far, a `stop_reason` and `warnings`, and the error on
 the prediction; `strict=True` raises the `RunError` instead, with that prediction on its
@@ -42,6 +46,7 @@ __all__ = [
     "LoopsError",
     "MissingDependencyError",
     "ReplayDivergence",
+    "RequestRefused",
     "RoleFailed",
     "RunError",
 ]
@@ -104,3 +109,14 @@ class RoleFailed(RunError):
     def __init__(self, role: str, message: str):
         super().__init__(message)
         self.role = role
+
+
+class RequestRefused(BaseException):
+    """The run's limits refused an LM request (`loops.context.before_request`), or an engine gave one up at
+    the run's deadline. It is a `BaseException` so that it passes DSPy's handlers untouched: DSPy swallows
+    what a callback raises and wraps what an engine raises, both by catching `Exception`. The runtime
+    raises `limit` (a `LimitReached`) in its place, so nothing outside a run's call ever sees it."""
+
+    def __init__(self, limit: LimitReached):
+        super().__init__(str(limit))
+        self.limit = limit

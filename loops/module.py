@@ -33,9 +33,11 @@ class LoopModule(dspy.Module):
     generator; see `loops.runtime`) and call `self._forward(...)` / `self._aforward(...)`.
 
     Every prediction has `final`, `success`, `best_attempt`, `iterations` (1-based: the number of
-    iterations run), `stop_reason`, `warnings`, `trace`, `histories`, `lm_calls` and `error`. Any
+    iterations run), `stop_reason`, `warnings`, `trace`, `histories`, `lm_calls` (the LM requests this
+    process sent) and `error`, and beside them `replayed`, `cached`, `tokens` and `cost_usd`. Any
     `Budget` limit can be passed as a keyword to a call (`module(..., max_iterations=5,
-    timeout_s=None)`), or a whole `budget=Budget(...)`.
+    timeout_s=None)`), or a whole `budget=Budget(...)`; a limit passed by name (`max_iterations=` to the
+    constructor too) replaces that limit of the budget given with it.
     """
 
     contracts: Mapping[str, PhaseContract] = {}
@@ -208,15 +210,17 @@ class LoopModule(dspy.Module):
                         "loops.lm.local_lm() for the embedded offline model), use dspy.context(lm=...), or "
                         f"{type(self).__name__}.{role}.set_lm(...)")
         store, run_id = limits.pop("checkpoint", self.checkpoint), limits.pop("run_id", None)
+        budget = budget.override(**limits) if limits else budget
         replay = None
         if run_id is not None:
             if store is None:
                 raise ConfigurationError(f"run_id={run_id!r} needs a checkpoint: pass checkpoint='runs.db' (or a "
                                          "store) to the module or the call")
+            # Last: it claims the run id, which the run gives up when it ends (`Run.active`).
             replay = Replay(open_store(store), run_id, self.fingerprint(), stable_hash(inputs))
         return Run(
             module=self,
-            budget=budget.override(**limits) if limits else budget,
+            budget=budget,
             retry=self.retry,
             clock=self.clock,
             strict=self.strict,

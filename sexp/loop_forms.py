@@ -229,7 +229,7 @@ def _budget(max_iterations: int, ev: Evaluation, node: Node) -> Budget:
     if budget.timeout_s is not None:
         limits["timeout_s"] = max(outer.time_left() or 0.0, 0.001)
     if budget.max_lm_calls is not None:
-        left = budget.max_lm_calls - outer.lm_calls
+        left = budget.max_lm_calls - outer.lm_calls - outer.replayed
         if left <= 0:
             raise LimitReached("lm_calls", f"{node.location}: no LM calls left for the loop")
         limits["max_lm_calls"] = left
@@ -264,6 +264,8 @@ def _fold(prediction: Any, form: LoopForm, ev: Evaluation, node: Node) -> None:
     if outer is not None:
         outer.trace.extend(prediction.trace)
         outer.lm_calls += prediction.lm_calls
+        outer.replayed += prediction.replayed
+        outer.cached += prediction.cached
         outer.usage.tokens += prediction.tokens
         if outer.usage.cost_usd is not None and prediction.cost_usd is not None:
             outer.usage.cost_usd += prediction.cost_usd

@@ -116,7 +116,9 @@ def run_program(
     outcome = "success" if result.success else "no success"  # the last loop form's, or the program's own verdict
     console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}, {outcome}",
                         expand=False))
-    console.print(f"LM calls: {result.lm_calls}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
+    from loops.display import lm_calls_text
+
+    console.print(f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     if result.stop_reason == "error":

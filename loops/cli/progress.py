@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 import typer
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 from rich.panel import Panel
 from rich.spinner import Spinner
 from rich.table import Table
@@ -60,17 +61,17 @@ class LiveProgress:
 
 
 def _outcome(step: Step) -> str:
-    if step.error:
-        return f"[red]{step.error[:60]}[/red]"
-    outputs = step.outputs or {}
-    if "approved" in outputs:
-        return "[green]approved[/green]" if outputs["approved"] else "needs revision"
-    return "ok"
+    """What the step came to, by the one rule every display follows (`loops.display.step_outcome`)."""
+    from loops.display import step_outcome  # with the run, not before: --help loads no DSPy
+
+    outcome = escape(step_outcome(step))
+    return f"[red]{outcome}[/red]" if step.error else outcome
 
 
 def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoice, trace: Path | None,
                       **inputs: Any) -> tuple[dspy.Prediction, float]:
-    """Run `module` on `inputs` with the live display; returns its prediction and the wall time.
+    """Run `module` on `inputs` with the live display; returns its prediction and the wall time. The
+    command's LM (`model`) is closed at the end.
 
     A wrong `--model` (or option of it) or an unwritable `--trace` raises `ConfigurationError` before
     any LM call.
@@ -82,6 +83,7 @@ def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoic
     lm = model.resolve() if isinstance(model, ModelChoice) else model if isinstance(model, dspy.BaseLM) else (
         resolve(model))
     with ExitStack() as stack:
+        stack.callback(lm.close)  # a command's LM: its connections end with its run
         trace_file = stack.enter_context(open_trace(trace)) if trace else None
         progress = LiveProgress(trace_file)
         stack.enter_context(dspy.context(lm=lm))  # the LM brings the adapter it needs (its profile)
@@ -110,11 +112,13 @@ def open_trace(trace: Path) -> IO[str]:
 
 def report(result: dspy.Prediction, seconds: float, title: str) -> None:
     """Print the outcome and exit with its code (0 success, 1 no success, 3 the run failed)."""
+    from loops.display import lm_calls_text
+
     final = result.final
     console.print(Panel(str(getattr(final, "content", final) or ""), title=title, expand=False))
     cost = "" if result.cost_usd is None else f"   cost: ${result.cost_usd:.4f}"
     console.print(f"stop reason: [bold]{result.stop_reason}[/bold]   iterations: {result.iterations}   "
-                  f"LM calls: {result.lm_calls}   tokens: {result.tokens}{cost}   wall time: {seconds:.1f}s")
+                  f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}{cost}   wall time: {seconds:.1f}s")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     if result.stop_reason == "error":

@@ -60,9 +60,12 @@ def test_refine_through_the_server(base_url, tmp_path, adapter):
     outcome = loops_command(base_url, "refine", "A haiku about rain", adapter=adapter, trace=trace)
     assert_ran_with_role_calls(outcome, trace, {"creator", "critic"})
     # The default adapter with --api-base is the one the small model answers in shape with: one request per
-    # role call (DSPy's field markers took two, the second a JSON fallback).
+    # role call (DSPy's field markers took two, the second a JSON fallback). The first request to a server is
+    # sent again once when it refuses OpenAI's spelling of the schema (llama-cpp-python's server does), and
+    # a request sent is a request counted.
     steps = [json.loads(line) for line in trace.read_text().splitlines()]
-    assert [step["lm_calls"] for step in steps] == [1] * len(steps), steps
+    assert [step["lm_calls"] for step in steps[1:]] == [1] * (len(steps) - 1), steps
+    assert steps[0]["lm_calls"] in (1, 2), steps
 
 
 def test_fix_through_the_server(base_url, tmp_path):

@@ -9,7 +9,6 @@ import http.server
 import json
 import logging
 import pickle
-import re
 import socket
 import sys
 import threading
@@ -30,12 +29,8 @@ from loops.lm import MODEL, REMOTE_MAX_TOKENS, ServerEngine, ServerLM, resolve
 from loops.profile import adapter_for
 from loops.runtime import is_transient, setup_error
 from loops.saving import lm_reference
-from tests.loops.fake_openai import hosted
+from tests.loops.fake_openai import LLAMA_CPP_REFUSAL, answer_content, hosted
 from tests.scripted import scripted_lm
-
-# What llama-cpp-python's server answers to a response_format it does not take (its HTTP status is 500).
-LLAMA_CPP_REFUSAL = ("1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
-                     "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}")
 
 
 class RecordingServer(http.server.ThreadingHTTPServer):
@@ -62,19 +57,6 @@ class RecordingServer(http.server.ThreadingHTTPServer):
         return [(body.get("response_format") or {}).get("type") for body in self.bodies]
 
 
-def _answer(body: dict) -> str:
-    """A JSON object with the keys the request asks for: from its schema, else from the adapter's words."""
-    response_format = body.get("response_format") or {}
-    schema = (response_format.get("json_schema") or {}).get("schema") or response_format.get("schema")
-    if schema:
-        kinds = {key: field.get("type") for key, field in schema["properties"].items()}
-    else:
-        request = body["messages"][-1]["content"]
-        keys = re.findall(r"`(\w+)`", request[request.rfind("Respond with a JSON object"):])
-        kinds = {key: "boolean" if key == "approved" or key.endswith("_passed") else "string" for key in keys}
-    return json.dumps({key: True if kind == "boolean" else f"a {key}" for key, kind in kinds.items()})
-
-
 class _RecordingHandler(http.server.BaseHTTPRequestHandler):
     server: RecordingServer
 
@@ -88,7 +70,7 @@ class _RecordingHandler(http.server.BaseHTTPRequestHandler):
             status = self.server.failure_status if self.server.failure else 500
             answer = {"error": {"message": message, "type": "internal_server_error"}}
         else:
-            content = _answer(body)
+            content = answer_content(body, approve=True)
             status, answer = 200, {
                 "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": body["model"],
                 "choices": [{"index": 0, "finish_reason": "stop",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -577,3 +578,14 @@ def test_rewriting_a_module_within_a_second_never_runs_its_old_bytecode(tmp_path
     second = check(command)
 
     assert (first.exit_code, second.exit_code) == (3, 0)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0, -1, "5", True])
+def test_a_validator_timeout_that_is_not_a_positive_finite_number_is_refused(timeout):
+    from loops import ExecuteValidateController
+
+    message = f"timeout_s must be a positive, finite number of seconds, got {timeout!r}"
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        ShellValidator(timeout_s=timeout)
+    with pytest.raises(ConfigurationError, match=re.escape(message)):  # a NaN would never cap the run's time left
+        ExecuteValidateController(validator_timeout_s=timeout)
