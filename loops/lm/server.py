@@ -100,11 +100,17 @@ class ServerEngine:
         self._client_lock = threading.Lock()
 
     def complete(self, request: Request) -> Response:
+        import httpx
+
+        client = self._http()
         while True:
             body = self.body(request)
+            payload = _json_bytes(body)  # a mistake here is a bug, not a transport fault: it is not retried
             try:
-                response = self._http().post(self.url, content=_json_bytes(body), headers=self.headers)
-            except Exception as exc:
+                response = client.post(self.url, content=payload, headers=self.headers)
+            except httpx.LocalProtocolError:
+                raise  # a request no server may be sent (a header with a newline, say): no retry can fix it
+            except (httpx.RequestError, OSError) as exc:
                 raise _transport_error(exc) from exc
             outcome = self.answer(request, body, response.status_code, response.content)
             if outcome is not None:
@@ -227,14 +233,17 @@ class AsyncServerEngine:
         self._proxy: str | None = None
 
     async def complete(self, request: Request) -> Response:
+        import aiohttp
+
         session = await self._session()
         while True:
             body = self.sync.body(request)
+            payload = _json_bytes(body)  # a mistake here is a bug, not a transport fault: it is not retried
             try:
-                async with session.post(self.sync.url, data=_json_bytes(body), headers=self.sync.headers,
+                async with session.post(self.sync.url, data=payload, headers=self.sync.headers,
                                         proxy=self._proxy) as reply:
                     status, content = reply.status, await reply.read()
-            except Exception as exc:
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 raise _transport_error(exc) from exc
             outcome = self.sync.answer(request, body, status, content)
             if outcome is not None:
