@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -163,28 +162,18 @@ class _Batch:
         started_here = not ray.is_initialized()
         if started_here:
             _start_ray(ray, self.address)
-        actors: list[Any] = []
+        actors = None
         try:
-            cpus = int(ray.available_resources().get("CPU", 0))  # a cluster's CPUs other jobs left free
-            count = max(1, min(self.concurrency, cpus, len(self.pending)))
-            # An async actor runs its share of the loops at once on its event loop; its max_concurrency is
-            # that share, so that no actor runs more than the batch hands it.
-            worker = ray.remote(num_cpus=1, max_concurrency=math.ceil(self.concurrency / count))(_Worker)
-            shared = ray.put((self.program, _portable(self.lm), self.metric))
-            actors = [worker.remote(shared) for _ in range(count)]
-            cpu_before = await asyncio.gather(*(actor.cpu_seconds.remote() for actor in actors))
-            self.startup_seconds, self.workers = time.monotonic() - started, count
+            actors = _Actors(ray, (self.program, _portable(self.lm), self.metric), self.concurrency, len(self.pending))
+            cpu_before = await actors.cpu_seconds()  # once each actor has built its program and LM
+            self.startup_seconds, self.workers = time.monotonic() - started, len(actors.actors)
             self.progress.running()
-
-            async def run_one(slot: int, key: str, inputs: dict[str, Any]) -> Record:
-                return await _on_actor(ray, actors, slot % count, lambda: worker.remote(shared), key, inputs)
-
-            await _in_slots(self.pending, self.concurrency, run_one, self.write)
-            cpu_after = await asyncio.gather(*(actor.cpu_seconds.remote() for actor in actors))
+            await _in_slots(self.pending, len(actors.owners), actors.run_one, self.write)
+            cpu_after = await actors.cpu_seconds()
             self.cpu_seconds = sum(after - before for before, after in zip(cpu_before, cpu_after, strict=True))
         finally:
-            for actor in actors:
-                ray.kill(actor)
+            if actors is not None:
+                actors.stop()
             if started_here:
                 ray.shutdown()
 
@@ -289,20 +278,43 @@ def _start_ray(ray: Any, address: str | None) -> None:
                      "importing ray to keep it on this machine.", node)
 
 
-async def _on_actor(ray: Any, actors: list[Any], index: int, replacement: Callable[[], Any], key: str,
-                    inputs: dict[str, Any]) -> Record:
-    actor = actors[index]
-    try:
-        return await actor.run.remote(key, inputs)
-    except ray.exceptions.RayActorError as exc:  # the worker died: this example's failure only, and a new worker
-        if actors[index] is actor:
-            actors[index] = replacement()
-        return _failure(key, inputs, exc, 0.0)
-    except ray.exceptions.RayTaskError as exc:  # _run_example records all but a ConfigurationError
-        cause = exc.cause if isinstance(exc.cause, BaseException) else exc
-        if isinstance(cause, ConfigurationError):
-            raise ConfigurationError(str(cause)) from None
-        return _failure(key, inputs, cause, 0.0)
+class _Actors:
+    """The batch's Ray actors: one per CPU of the cluster (fewer if `concurrency` is smaller), each
+    running its share of the loops at once on its event loop (its max_concurrency), the shares adding up to
+    `concurrency`. Twice as many examples are handed out as run (`owners`: each slot's actor): the other half
+    waits in the actors, so that an actor starts its next loop the moment one ends, not a round trip later."""
+
+    def __init__(self, ray: Any, shared: tuple[Any, Any, Any], concurrency: int, pending: int):
+        count = max(1, min(concurrency, int(ray.cluster_resources().get("CPU", 1)), pending))
+        self.ray, self.shares = ray, [concurrency // count + (number < concurrency % count) for number in range(count)]
+        self.worker, self.shared = ray.remote(num_cpus=1)(_Worker), ray.put(shared)
+        self.actors = [self._new(number) for number in range(count)]
+        self.owners = [number for number, share in enumerate(self.shares) for _ in range(2 * share)]
+
+    def _new(self, number: int) -> Any:
+        return self.worker.options(max_concurrency=self.shares[number]).remote(self.shared)
+
+    async def cpu_seconds(self) -> list[float]:
+        return await asyncio.gather(*(actor.cpu_seconds.remote() for actor in self.actors))
+
+    async def run_one(self, slot: int, key: str, inputs: dict[str, Any]) -> Record:
+        number = self.owners[slot]
+        actor = self.actors[number]
+        try:
+            return await actor.run.remote(key, inputs)
+        except self.ray.exceptions.RayActorError as exc:  # the actor died: this example's failure, and a new actor
+            if self.actors[number] is actor:
+                self.actors[number] = self._new(number)
+            return _failure(key, inputs, exc, 0.0)
+        except self.ray.exceptions.RayTaskError as exc:  # _run_example records all but a ConfigurationError
+            cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+            if isinstance(cause, ConfigurationError):
+                raise ConfigurationError(str(cause)) from None
+            return _failure(key, inputs, cause, 0.0)
+
+    def stop(self) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor)
 
 
 class _Worker:
