@@ -430,7 +430,7 @@ def without_timing(found):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
 def test_ray_actors_run_many_loops_each_with_the_results_of_asyncio(lm_server, local_ray, tmp_path):
-    lm_server.latency = 0.25
+    lm_server.latency = 0.5
     batch = [*examples(16), dspy.Example(id="broken", requirements="broken").with_inputs("requirements")]
     program = CreatorCriticIterator(retry=ONE_TRY, strict=True)
     by_backend, most = {}, {}
@@ -446,7 +446,7 @@ def test_ray_actors_run_many_loops_each_with_the_results_of_asyncio(lm_server, l
 
     assert summary.workers == 2 and summary.cpu_seconds > 0
     # Two actors, 8 loops: one loop at a time per actor would never have more than 2 requests in flight.
-    assert most["ray"] >= 6, most
+    assert most["ray"] >= 5, most
     assert by_backend["ray"] == by_backend["asyncio"]
     assert [record["id"] for record in by_backend["ray"]] == sorted(["broken", *(f"note-{n}" for n in range(16))])
     assert "down for this one" in by_backend["ray"][0]["error"]
@@ -462,13 +462,13 @@ def test_the_batch_joins_a_running_two_node_cluster_by_its_address(lm_server, tm
     network address, for the head's address too, and listens on every interface (docs/scale.md)."""
     cluster_utils = pytest.importorskip("ray.cluster_utils", reason="the ray extra is installed by the README's "
                                         "test command")
-    lm_server.latency = 0.2
+    lm_server.latency = 0.5
     cluster = cluster_utils.Cluster(initialize_head=True, connect=False,
                                     head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
-        data, out = write_data(tmp_path / "data.jsonl", [f"task {n}" for n in range(24)]), tmp_path / "out.jsonl"
+        data, out = write_data(tmp_path / "data.jsonl", [f"task {n}" for n in range(40)]), tmp_path / "out.jsonl"
         batch = run_cli("--data", data, "--out", out, "--backend", "ray", "--address", cluster.address,
                         "--concurrency", "8", "--model", "openai/loopback", "--api-base", lm_server.base_url,
                         cache=str(tmp_path / "cache"))
@@ -477,6 +477,6 @@ def test_the_batch_joins_a_running_two_node_cluster_by_its_address(lm_server, tm
         cluster.shutdown()
 
     assert batch.returncode == 0, stderr
-    assert re.search(r"24 finished \(24 succeeded\), 0 failed, 0 already in .* start-up, 2 Ray actors\)", stdout)
-    assert sorted(record["id"] for record in records(out)) == sorted(f"t{n}" for n in range(24))
-    assert lm_server.most >= 6, "each actor, one per node, ran several loops at once"
+    assert re.search(r"40 finished \(40 succeeded\), 0 failed, 0 already in .* start-up, 2 Ray actors\)", stdout)
+    assert sorted(record["id"] for record in records(out)) == sorted(f"t{n}" for n in range(40))
+    assert lm_server.most >= 5, "each actor, one per node, ran several loops at once (at most 2 otherwise)"
