@@ -27,6 +27,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -144,6 +145,7 @@ class _Batch:
                 if not self.pending:
                     pass
                 elif self.backend == "asyncio":
+                    self.progress.running()
                     cpu_started = time.process_time()
                     await _in_slots(self.pending, self.concurrency, self._run_here, self.write)
                     self.cpu_seconds = time.process_time() - cpu_started
@@ -266,6 +268,8 @@ def _on_loopback(address: str | None) -> bool:
 
 
 def _start_ray(ray: Any, address: str | None) -> None:
+    if address not in (None, "local", "auto"):
+        _check_answers(address)
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     except ConnectionError as exc:
@@ -276,6 +280,24 @@ def _start_ray(ray: Any, address: str | None) -> None:
         _log.warning("the local Ray instance listens on %s, not only on 127.0.0.1: Ray was imported before "
                      "loops.batch could keep it on loopback. Set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before "
                      "importing ray to keep it on this machine.", node)
+
+
+def _check_answers(address: str) -> None:
+    """A mistyped address fails now, in a line: Ray itself would retry it for minutes, warning all along."""
+    parts = urlsplit(address if "://" in address else f"//{address}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None:
+        raise ConfigurationError(f"address {address!r} is not a Ray cluster's host:port (e.g. 10.0.0.5:6379, or "
+                                 "ray://10.0.0.5:10001)")
+    try:
+        socket.create_connection((parts.hostname, port), timeout=5).close()
+    except OSError as exc:
+        raise ConfigurationError(f"no Ray cluster answers at address {address!r} ({exc.strerror or exc}): start one "
+                                 "with `ray start --head` (docs/scale.md), or leave the address out for a local "
+                                 "instance") from None
 
 
 class _Actors:
@@ -497,7 +519,12 @@ class _Progress:
         self.enabled, self.total, self.count, self.succeeded, self.bar, self.task = enabled, total, 0, 0, None, None
 
     def __enter__(self) -> _Progress:
-        if self.enabled:
+        return self
+
+    def running(self) -> None:
+        """Loops start running now (start-up is over): the bar shows from here, and the rate counts from here."""
+        self.started = time.monotonic()
+        if self.enabled and self.bar is None:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.bar = Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(),
@@ -505,12 +532,6 @@ class _Progress:
                                 TextColumn("{task.fields[rate]} loops/s"), TimeElapsedColumn())
             self.bar.__enter__()
             self.task = self.bar.add_task("batch", total=self.total, succeeded="-", rate="-")
-        self.running()
-        return self
-
-    def running(self) -> None:
-        """Loops start running now (start-up is over): the rate counts from here."""
-        self.started = time.monotonic()
 
     def advance(self, succeeded: bool) -> None:
         self.count += 1

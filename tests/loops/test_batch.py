@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -315,6 +316,19 @@ def test_cli_bad_files_exit_2_in_one_line_and_a_batch_that_fails_exits_3(lm_serv
     assert outcome.exit_code == 3, outcome.output
     assert re.match(r"error: the batch failed: OSError: \[Errno 28\] No space left on device; what /dev/full holds "
                     "stays done", outcome.stderr)
+
+
+def test_cli_an_address_where_no_cluster_answers_exits_2_at_once(lm_server, tmp_path):
+    pytest.importorskip("ray", reason="the ray extra is installed by the README's test command")
+    data = write_data(tmp_path / "data.jsonl", ["a"])
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    outcome = cli_batch(lm_server, data, tmp_path / "out.jsonl", "--backend", "ray", "--address", f"127.0.0.1:{port}")
+    assert outcome.exit_code == 2, outcome.output
+    assert outcome.stderr == (f"error: no Ray cluster answers at address '127.0.0.1:{port}' (Connection refused): "
+                              "start one with `ray start --head` (docs/scale.md), or leave the address out for a "
+                              "local instance\n")
 
 
 def run_cli(*args, **popen):
