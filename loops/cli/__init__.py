@@ -7,6 +7,11 @@ Exit codes:
 2  a usage or configuration error, in one line on stderr (before any LM call where it can be known);
    for `loops run`, an error in the program, with its position and a caret
 3  the run failed (stop reason "error")
+
+`loops batch` says the same of a whole batch: 0 every example succeeded, 1 some did not (or their loop
+raised), 2 a usage or configuration error (at the latest at the first example it fails, with nothing of
+it recorded), 3 the batch itself failed (its output could not be written, its Ray cluster went away),
+130 interrupted by Ctrl-C (a line says how many examples are done; the same command resumes).
 """
 
 from __future__ import annotations

@@ -20,7 +20,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from loops.cli.options import ModelChoice, console, load_program, name_value_pairs, with_options
+from loops.cli.options import (
+    EXIT_INTERRUPTED,
+    EXIT_NO_SUCCESS,
+    EXIT_RUN_FAILED,
+    EXIT_SUCCESS,
+    ModelChoice,
+    console,
+    load_program,
+    name_value_pairs,
+    with_options,
+)
 from loops.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -156,16 +166,24 @@ def batch_command(
     data: DataOption,
     choice: ModelChoice,
     out: Annotated[Path, typer.Option(help="JSON-lines file results are appended to; a rerun skips what it holds")],
-    concurrency: Annotated[int, typer.Option(min=1, max=10_000, help="Loops running at once")] = 16,
-    backend: Annotated[str, typer.Option(help="asyncio (in this process) | ray (each example on a Ray worker)")] = (
+    concurrency: Annotated[int, typer.Option(min=1, max=10_000, help="Loops running at once (all actors')")] = 16,
+    backend: Annotated[str, typer.Option(help="asyncio (in this process) | ray (on Ray actors, many loops each)")] = (
         "asyncio"),
-    address: Annotated[str | None, typer.Option(help="A running Ray cluster's address (--backend ray)")] = None,
+    address: Annotated[str | None, typer.Option(
+        help="A running Ray cluster's address (--backend ray); without it, a local instance on 127.0.0.1")] = None,
     split: Annotated[str | None, typer.Option(help="Only the examples of this split (train, validation, ...)")] = None,
+    retry_failed: Annotated[bool, typer.Option(
+        "--retry-failed", help="Run again the examples --out records as failed (their loop raised)")] = False,
     program: ProgramOption = None,
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
 ) -> None:
-    """Run a loop on every example of --data, many at once, streaming one result per line to --out."""
+    """Run a loop on every example of --data, many at once, streaming one result per line to --out.
+
+    Exit codes: 0 every example succeeded; 1 some did not (or their loop raised); 2 a usage or configuration
+    error (before any LM call where it can be known, else at the first example it fails); 3 the batch
+    itself failed; 130 interrupted (Ctrl-C). Rerunning the same command resumes.
+    """
     import dspy
 
     import loops.batch
@@ -174,12 +192,24 @@ def batch_command(
     module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
     examples = load_examples(kind, data, split)
     lm = choice.resolve()
-    with dspy.context(lm=lm):
-        summary = loops.batch.run(module, examples, out=out, backend=backend, concurrency=concurrency,
-                                  address=address, metric=default_metric(module))
+    try:
+        with dspy.context(lm=lm):
+            summary = loops.batch.run(module, examples, out=out, backend=backend, concurrency=concurrency,
+                                      address=address, metric=default_metric(module), retry_failed=retry_failed)
+    except KeyboardInterrupt as stop:
+        typer.echo(str(stop) or "interrupted", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except ConfigurationError:
+        raise
+    except Exception as exc:  # the batch itself, not an example: its cluster went away, out could not be written
+        typer.echo(f"error: the batch failed: {type(exc).__name__}: {' '.join(str(exc).split())}; what {out} holds "
+                   "stays done, and the same command resumes", err=True)
+        raise typer.Exit(EXIT_RUN_FAILED) from None
+    startup = f" (+ {summary.startup_seconds:.1f} s start-up, {summary.workers} Ray actors)" if backend == "ray" else ""
     console.print(f"{summary.finished} finished ({summary.succeeded} succeeded), {summary.failed} failed, "
-                  f"{summary.skipped} already in {out}; {summary.seconds:.1f} s, {summary.per_second:.2f} loops/s",
-                  highlight=False, soft_wrap=True)
+                  f"{summary.skipped} already in {out}; {summary.seconds:.1f} s{startup}, "
+                  f"{summary.per_second:.2f} loops/s", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_SUCCESS if summary.all_succeeded else EXIT_NO_SUCCESS)
 
 
 def load_examples(kind: str, data: str, split: str | None) -> list[dspy.Example]:

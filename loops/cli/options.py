@@ -29,10 +29,12 @@ from loops.errors import ConfigurationError
 if TYPE_CHECKING:
     import dspy
 
-__all__ = ["EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS", "EXIT_USAGE", "KINDS", "AdapterName", "ModelChoice",
-           "Policy", "RunOptions", "console", "kind_class", "load_program", "name_value_pairs", "with_options"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS", "EXIT_USAGE", "KINDS",
+           "AdapterName", "ModelChoice", "Policy", "RunOptions", "console", "kind_class", "load_program",
+           "name_value_pairs", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended
 console = Console()
 
 Policy = enum.StrEnum("Policy", {name: name for name in POLICIES})

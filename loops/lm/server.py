@@ -114,13 +114,19 @@ class ServerEngine:
         self._client_lock = threading.Lock()
 
     def complete(self, request: Request) -> Response:
+        import httpx
+
+        client = self._http()
         while True:
             body = self.body(request)
+            payload = _json_bytes(body)  # a mistake here is a bug, not a transport fault: it is not retried
             before_request()
             wait = _wait_s()
             try:
-                response = self._http().post(self.url, content=_json_bytes(body), headers=self.headers, timeout=wait)
-            except Exception as exc:
+                response = client.post(self.url, content=payload, headers=self.headers, timeout=wait)
+            except httpx.LocalProtocolError:
+                raise  # a request no server may be sent (a header with a newline, say): no retry can fix it
+            except (httpx.RequestError, OSError) as exc:
                 raise _transport_error(exc, self.api_base, wait) from exc
             outcome = self.answer(request, body, response.status_code, response.content, response.headers)
             if outcome is not None:
@@ -254,13 +260,14 @@ class AsyncServerEngine:
         session = await self._session()
         while True:
             body = self.sync.body(request)
+            payload = _json_bytes(body)  # a mistake here is a bug, not a transport fault: it is not retried
             before_request()
             wait = _wait_s()
             try:
-                async with session.post(self.sync.url, data=_json_bytes(body), headers=self.sync.headers,
+                async with session.post(self.sync.url, data=payload, headers=self.sync.headers,
                                         proxy=self._proxy, timeout=aiohttp.ClientTimeout(total=wait)) as reply:
                     status, content, headers = reply.status, await reply.read(), reply.headers
-            except Exception as exc:
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 raise _transport_error(exc, self.sync.api_base, wait) from exc
             outcome = self.sync.answer(request, body, status, content, headers)
             if outcome is not None:

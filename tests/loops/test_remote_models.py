@@ -410,6 +410,17 @@ def test_a_refused_connection_names_the_address_in_the_commands_output():
     assert f"cannot reach the server at http://127.0.0.1:{port}/v1/chat/completions" in " ".join(outcome.output.split())
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_a_request_that_cannot_be_sent_is_no_transport_fault_and_is_not_retried(server, monkeypatch,
+                                                                                      asynchronous):
+    monkeypatch.setenv("LOOPS_TEST_KEY", "sk-pasted\nwith a line break")  # no HTTP header may hold it
+    lm = resolve("openai/smollm2", api_base=server.base_url, api_key_env="LOOPS_TEST_KEY").copy(cache=False)
+    with pytest.raises(LM_ERRORS.LMError) as caught:
+        await lm.acall("Hi") if asynchronous else lm("Hi")
+    assert not isinstance(caught.value, LM_ERRORS.LMTransportError) and not is_transient(caught.value)
+    assert server.bodies == []
+
+
 def test_a_saved_server_lm_keeps_its_address_but_never_its_key(monkeypatch):
     monkeypatch.setenv("LOOPS_TEST_KEY", "sk-for-this-server")
     lm = resolve("openai/smollm2", api_base="http://127.0.0.1:8080/v1", api_key_env="LOOPS_TEST_KEY", max_tokens=99)
