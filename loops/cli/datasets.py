@@ -25,7 +25,9 @@ from loops.cli.options import (
     EXIT_NO_SUCCESS,
     EXIT_RUN_FAILED,
     EXIT_SUCCESS,
+    EXIT_USAGE,
     ModelChoice,
+    ShellGrant,
     console,
     load_program,
     name_value_pairs,
@@ -100,6 +102,7 @@ def optimize_command(
     kind: KindArgument,
     data: DataOption,
     choice: ModelChoice,
+    grant: ShellGrant,
     optimizer: Annotated[str, typer.Option(help="bootstrap | random-search | mipro | gepa | simba")] = "bootstrap",
     out: Annotated[Path, typer.Option(help="Where the optimized program is saved (.json), with its report")] = Path(
         "optimized.json"),
@@ -120,7 +123,7 @@ def optimize_command(
 
     if out.suffix != ".json":
         raise ConfigurationError(f"--out {str(out)!r}: the optimized program is saved as a .json file")
-    module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
+    module = _program(kind, program, grant, max_iterations=max_iterations, samples=samples)
     trainset, valset = load_sets(kind, data, train, val)
     lm = choice.resolve()
     started = time.monotonic()
@@ -136,6 +139,7 @@ def eval_command(
     kind: KindArgument,
     data: DataOption,
     choice: ModelChoice,
+    grant: ShellGrant,
     program: ProgramOption = None,
     val: Annotated[int | None, typer.Option(min=1, help="Examples at most")] = None,
     max_iterations: MaxIterationsOption = None,
@@ -148,7 +152,7 @@ def eval_command(
 
     import loops.optimize
 
-    module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
+    module = _program(kind, program, grant, max_iterations=max_iterations, samples=samples)
     _, valset = load_sets(kind, data, None, val)
     if not valset:
         raise ConfigurationError(f"--data {data!r} holds no validation examples for {kind}")
@@ -165,6 +169,7 @@ def batch_command(
     kind: KindArgument,
     data: DataOption,
     choice: ModelChoice,
+    grant: ShellGrant,
     out: Annotated[Path, typer.Option(help="JSON-lines file results are appended to; a rerun skips what it holds")],
     concurrency: Annotated[int, typer.Option(min=1, max=10_000, help="Loops running at once (all actors')")] = 16,
     backend: Annotated[str, typer.Option(help="asyncio (in this process) | ray (on Ray actors, many loops each)")] = (
@@ -189,7 +194,7 @@ def batch_command(
     import loops.batch
     from loops.optimize.runner import default_metric
 
-    module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
+    module = _program(kind, program, grant, max_iterations=max_iterations, samples=samples)
     examples = load_examples(kind, data, split)
     lm = choice.resolve()
     try:
@@ -222,3 +227,15 @@ def load_examples(kind: str, data: str, split: str | None) -> list[dspy.Example]
     if form == "mbpp":
         return datasets.mbpp(data, split or "all")
     return datasets.jsonl(data, split=split)
+
+
+def _program(kind: str, program: Path | None, grant: ShellGrant, **arguments: Any) -> Any:
+    """The program a dataset command runs (`load_program`), with the tools granted to it; an error in a DSL
+    program is shown with its position and caret, exit 2, as `loops run` shows it."""
+    from loops.sexp import DslError
+
+    try:
+        return load_program(kind, program, tools=grant.tools(kind), **arguments)
+    except DslError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(EXIT_USAGE) from None

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import dspy
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS", "EXIT_USAGE", "KINDS",
-           "AdapterName", "ModelChoice", "Policy", "RunOptions", "console", "kind_class", "load_program",
+           "AdapterName", "ModelChoice", "Policy", "RunOptions", "ShellGrant", "console", "kind_class", "load_program",
            "name_value_pairs", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
@@ -127,7 +127,33 @@ class RunOptions:
                 **self.recording()}
 
 
-_GROUPS = (ModelChoice, RunOptions)
+@dataclass(frozen=True)
+class ShellGrant:
+    """Whether a DSL program may use the shell tool: the options of every command that runs one."""
+
+    allow_shell: Annotated[bool, typer.Option(
+        "--allow-shell", help="Grant a DSL program the shell tool (system:execute_shell_command): it may then run "
+        "any command as you, in the workspace, with a minimal environment (no API keys)")] = False
+    allow_executable: Annotated[list[str] | None, typer.Option(
+        "--allow-executable", metavar="NAME", help="Grant a DSL program the shell tool for this executable only "
+        "(repeatable): a command whose first word is not one of them is refused")] = None
+
+    def tools(self, kind: str = ".sexp") -> dict[str, Any] | None:
+        """The tools granted to a program of `kind` (the shell tool, or None when not granted)."""
+        if self.allow_shell and self.allow_executable:
+            raise ConfigurationError("give --allow-shell (any executable) or --allow-executable NAME (only those), "
+                                     "not both")
+        if not self.allow_shell and not self.allow_executable:
+            return None
+        if not kind.endswith(".sexp"):
+            raise ConfigurationError(f"--allow-shell and --allow-executable grant a DSL program the shell tool; "
+                                     f"{kind!r} is not one")
+        from loops.sexp import shell_command_tool
+
+        return {"system:execute_shell_command": shell_command_tool(executables=self.allow_executable or None)}
+
+
+_GROUPS = (ModelChoice, RunOptions, ShellGrant)
 
 
 @functools.cache

@@ -17,6 +17,7 @@ from loops.cli.options import (
     EXIT_USAGE,
     ModelChoice,
     RunOptions,
+    ShellGrant,
     console,
     load_program,
     name_value_pairs,
@@ -50,6 +51,7 @@ def run_program(
     program: Annotated[Path, typer.Argument(help="The DSL program, a .sexp file")],
     choice: ModelChoice,
     run: RunOptions,
+    grant: ShellGrant,
     assignments: Annotated[list[str] | None, typer.Option(
         "--set", help="Bind a variable before the program runs: name=value (a number, #t/#f, or text)")] = None,
     workspace: Annotated[Path | None, typer.Option(
@@ -57,12 +59,6 @@ def run_program(
     saved: Annotated[Path | None, typer.Option(
         "--program", help="Run a saved program compiled from this file (loops optimize FILE.sexp --out): its "
         "atoms' demos and instructions")] = None,
-    allow_shell: Annotated[bool, typer.Option(
-        "--allow-shell", help="Grant the program the shell tool (system:execute_shell_command): it may then run "
-        "any command as you, in the workspace, with a minimal environment (no API keys)")] = False,
-    allow_executable: Annotated[list[str] | None, typer.Option(
-        "--allow-executable", metavar="NAME", help="Grant the shell tool for this executable only (repeatable): a "
-        "command whose first word is not one of them is refused")] = None,
     override_atom_models: Annotated[bool, typer.Option(
         "--override-atom-models", help="Run every atom on --model, over its own (model ...) clause: a program "
         "written for a hosted model runs offline unchanged")] = False,
@@ -82,7 +78,7 @@ def run_program(
                                  "--run-id (or --token-budget, --max-cost, --timeout), or another variable name")
     bindings.update(run.recording())
     options = {"workspace": workspace, "limits": Limits(timeout_s=run.timeout),
-               "tools": _granted_tools(allow_shell, allow_executable),
+               "tools": grant.tools(),
                "budget": Budget(max_iterations=1, timeout_s=run.timeout, max_tokens=run.token_budget,
                                 max_cost_usd=run.max_cost)}
     lm = choice.resolve()
@@ -124,18 +120,6 @@ def run_program(
     if result.stop_reason == "error":
         raise typer.Exit(EXIT_RUN_FAILED)
     raise typer.Exit(EXIT_SUCCESS if result.success else EXIT_NO_SUCCESS)
-
-
-def _granted_tools(allow_shell: bool, executables: list[str] | None) -> dict[str, Any] | None:
-    """The shell tool when --allow-shell or --allow-executable grants it (the latter, for those executables)."""
-    from loops.sexp import shell_command_tool
-
-    if allow_shell and executables:
-        raise ConfigurationError("give --allow-shell (any executable) or --allow-executable NAME (only those), "
-                                 "not both")
-    if not allow_shell and not executables:
-        return None
-    return {"system:execute_shell_command": shell_command_tool(executables=executables or None)}
 
 
 class _ConsoleLog(logging.Handler):

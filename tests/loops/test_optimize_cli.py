@@ -157,3 +157,19 @@ def test_batch_streams_a_record_per_example_and_a_rerun_skips_them(monkeypatch, 
     found = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(record["id"] for record in found) == [str(n) for n in range(8)]
     assert all(record["score"] == 1.0 for record in found)
+
+
+def test_a_dsl_program_that_uses_the_shell_is_granted_it_as_loops_run_grants_it(lm, tmp_path):
+    program = tmp_path / "shell.sexp"
+    program.write_text('(define run (system:execute_shell_command (command "echo hi")))\n'
+                       '(list (list \'success (equal? (get-field run "exit_code") 0)))\n')
+    data = tmp_path / "cases.jsonl"
+    data.write_text('{"word": "a", "split": "validation"}\n')
+
+    refused = invoke("eval", program, "--data", data)
+    assert refused.exit_code == 2 and "--allow-shell" in refused.output, refused.output
+    granted = invoke("eval", program, "--data", data, "--allow-executable", "echo")
+    assert granted.exit_code == 0, granted.output
+    assert "solved 1 of 1" in granted.output
+    pattern = invoke("eval", "refine", "--data", data, "--allow-shell")
+    assert pattern.exit_code == 2 and "is not one" in pattern.output, pattern.output
