@@ -15,6 +15,7 @@ with that role's signature instead.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -65,7 +66,8 @@ class PhaseContract:
         """Raise `ContractError` unless `phase` can be called with this contract's arguments."""
         if not callable(phase):
             raise ContractError(f"the {self.role} phase must be callable as {self.signature}, got {phase!r:.120}")
-        target = phase.forward if isinstance(phase, dspy.Module) else phase
+        # A module's forward, read off its class: DSPy warns of `module.forward` read anywhere but its __call__.
+        target = functools.partial(type(phase).forward, phase) if isinstance(phase, dspy.Module) else phase
         try:
             parameters = inspect.signature(target)
         except (TypeError, ValueError):

@@ -99,12 +99,17 @@ class LoopModule(dspy.Module):
     def _set_phase(self, role: str, phase: Any, builtin: Callable[[], dspy.Module]) -> bool:
         """Set the role's phase: `phase` checked against its contract, or the built-in LLM role (built
         only when it will run). Returns whether the built-in one is used: so it is for a person
-        (`loops.human()`), who answers with the built-in role's fields in its place."""
+        (`loops.human()`), who answers with the built-in role's fields in its place, unless the role's
+        contract says what a person answers (a phase with no LLM role behind it)."""
         if phase is None:
             setattr(self, role, builtin())
             self._llm_roles.append(role)
             return True
         if isinstance(phase, Human):
+            contract = self.contracts.get(role)
+            if contract is not None and contract.answers:
+                setattr(self, role, phase.for_contract(contract))
+                return False
             predictor, _ = predictor_of(builtin())
             setattr(self, role, phase.bound(predictor.signature))
             return True

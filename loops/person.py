@@ -96,7 +96,10 @@ class AnswerField:
 
     def parse(self, value: Any) -> Any:
         """`value` (text as typed, or a Python value) as this field's type, as DSPy's adapters parse an LM's
-        answer; `ValueError` saying what was expected."""
+        answer (a choice in any case: a person types "pass" for PASS); `ValueError` saying what was expected."""
+        if get_origin(self.annotation) is Literal and isinstance(value, str):
+            value = next((choice for choice in get_args(self.annotation)
+                          if str(choice).lower() == value.strip().lower()), value)
         try:
             return parse_value(value, self.annotation)
         except Exception:  # pydantic's ValidationError, an enum's ValueError, a parser's own errors
@@ -305,12 +308,15 @@ class Human(dspy.Module):
     def forward(self, question: Question, answered: Mapping[str, Any] | None = None) -> dspy.Prediction:
         """The person's answer to `question` as a prediction of its fields: `answered` (recorded in the
         checkpoint) when given, else asked (see the module's docstring)."""
-        values = answered if answered is not None else self._ask(question)
-        return dspy.Prediction(**question.answer_from(values))
+        return self._answer(question, answered)
 
     async def aforward(self, question: Question, answered: Mapping[str, Any] | None = None) -> dspy.Prediction:
         # A prompt blocks: on a worker thread, with this context (its answerer), the event loop stays free.
-        return await asyncio.to_thread(contextvars.copy_context().run, self.forward, question, answered)
+        return await asyncio.to_thread(contextvars.copy_context().run, self._answer, question, answered)
+
+    def _answer(self, question: Question, answered: Mapping[str, Any] | None) -> dspy.Prediction:
+        values = answered if answered is not None else self._ask(question)
+        return dspy.Prediction(**question.answer_from(values))
 
     def _ask(self, question: Question) -> Mapping[str, Any]:
         answerer = self.answer or (_answerer.get() if self.interactive else None)

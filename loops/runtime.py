@@ -805,7 +805,7 @@ class Run:
             self.warn(f"waiting for a person to answer as the {pause.question.role}: `loops runs show {store} "
                       f"{run_id}` shows the question, `loops runs answer {store} {run_id} "
                       f"{pause.question.usage()}` (or loops.answer) records the answer, and the same call with "
-                      f"run_id={run_id!r} goes on")
+                      f"run_id={run_id!r} (the same command with --run-id {run_id}) goes on")
         return self.finish("awaiting_input")
 
     def _save(self, role: str, inputs: dict[str, Any], result: Any, turn: dict[str, Any] | None,

@@ -121,6 +121,9 @@ class _Attempt:
     def __repr__(self) -> str:  # what a checkpoint's digest of the controller's inputs sees
         return f"_Attempt({self.value!r})"
 
+    def __str__(self) -> str:  # what a person in the controller's place reads
+        return to_source(self.value)
+
 
 def _unbox(value: Any) -> Any:
     return value.value if type(value) is _Attempt else value
