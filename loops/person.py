@@ -231,17 +231,21 @@ def person_at_hand() -> bool:
         return False
 
 
+_BLOCK = '"""'  # text over several lines, at a prompt: from a line starting with it to a line ending with it
+
+
 def ask_at_terminal(question: Question, read: Callable[[str], str] = input,
                     write: Callable[[str], Any] = print) -> dict[str, Any]:
     """Ask a person with `read` (`input()`: a terminal, or Jupyter's input box): the question, then each field
-    in turn, asked again until its value fits its type. End of input (Ctrl-D) means nobody answers now:
-    `AwaitingInput`."""
+    in turn, asked again until its value fits its type; text over several lines goes between \"\"\" and
+    \"\"\". End of input (Ctrl-D) means nobody answers now: `AwaitingInput`."""
     write(question.text())
+    write(f'(text over several lines: start it with {_BLOCK} and end it with {_BLOCK})')
     values: dict[str, Any] = {}
     for field in question.asked():
         while True:
             try:
-                typed = read(f"{field.name} ({field.kind}): ").strip()
+                typed = _typed(read, f"{field.name} ({field.kind}): ")
             except EOFError:
                 raise AwaitingInput(question) from None
             if not typed and field.optional:
@@ -252,6 +256,18 @@ def ask_at_terminal(question: Question, read: Callable[[str], str] = input,
             except ValueError as error:
                 write(f"  refused: {error}")
     return values
+
+
+def _typed(read: Callable[[str], str], prompt: str) -> str:
+    """One answer as typed: a line, or the lines of a block between \"\"\" and \"\"\" (kept as typed)."""
+    line = read(prompt)
+    if not line.lstrip().startswith(_BLOCK):
+        return line.strip()
+    lines = [line.lstrip()[len(_BLOCK):]]
+    while not lines[-1].rstrip().endswith(_BLOCK) or len(lines) == 1 and lines[0].strip() == "":
+        lines.append(read(""))
+    lines[-1] = lines[-1].rstrip()[:-len(_BLOCK)]
+    return "\n".join(lines).strip("\n")
 
 
 class Human(dspy.Module):

@@ -14,6 +14,7 @@ import dspy
 import pytest
 
 import loops
+import loops.person
 from loops import (
     AnswerError,
     AwaitingInput,
@@ -220,11 +221,11 @@ def test_an_answer_function_that_returns_none_pauses_the_run(tmp_path):
 
 def test_at_the_terminal_each_field_is_asked_again_until_it_fits_and_end_of_input_means_nobody_answers():
     question = _critic_question()
-    typed, shown = iter(["maybe", "no", "Name the bottle"]), []
+    typed, shown = iter(["maybe", "no", '"""Name the bottle.', "  Keep it short.", '"""']), []
     assert ask_at_terminal(question, read=lambda prompt: shown.append(prompt) or next(typed), write=shown.append) == {
-        "approved": False, "feedback": "Name the bottle"}
-    assert shown[1:] == ["approved (true or false): ", "  refused: approved must be true or false, got 'maybe'",
-                         "approved (true or false): ", "feedback (text): "]
+        "approved": False, "feedback": "Name the bottle.\n  Keep it short."}
+    assert shown[2:] == ["approved (true or false): ", "  refused: approved must be true or false, got 'maybe'",
+                         "approved (true or false): ", "feedback (text): ", "", ""]
 
     def closed(prompt):
         raise EOFError
@@ -237,3 +238,11 @@ def _critic_question() -> loops.Question:
     """The question a person in the critic's place is asked, as the loop builds it."""
     loop = CreatorCriticIterator(critic=loops.human())
     return loop.critic.question("critic", {"requirements": "a slogan", "draft": "D0"}, 1)
+
+
+def test_a_saved_program_with_a_person_in_a_role_loads_with_that_person(tmp_path):
+    loops.CreatorCriticIterator(critic=loops.human(instructions="Be kind", interactive=False)).save(
+        tmp_path / "refine.json")
+    loaded = loops.load(tmp_path / "refine.json")
+    assert isinstance(loaded.critic, loops.person.Human) and "approved" in loaded.critic.signature.output_fields
+    assert (loaded.critic.instructions, loaded.critic.interactive) == ("Be kind", False)
