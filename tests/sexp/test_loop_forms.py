@@ -446,3 +446,21 @@ def test_a_program_with_a_human_phase_nobody_to_answer_and_no_checkpoint_is_refu
     monkeypatch.setattr("sys.stdin", io.StringIO())
     with pytest.raises(ConfigurationError, match=r"^the \(human\) phase of the program is answered by a person"):
         compile_program(SLOGAN)()
+
+
+def test_a_persons_wait_at_a_human_phase_is_not_charged_to_the_programs_clock():
+    import time
+
+    import loops
+    from loops.sexp import Limits
+
+    source = f"(define (spin k) (if (= k 0) 5000 (spin (- k 1))))\n(define slogan {SLOGAN})\n(list slogan (spin 5000))"
+    program = compile_program(source, limits=Limits(timeout_s=1.0), budget=Budget(max_iterations=1, timeout_s=1.0))
+
+    def slow(question):
+        time.sleep(1.3)  # longer than the program's whole wall clock
+        return {"approved": True}
+
+    with loops.answering(slow):
+        result = program()
+    assert (result.stop_reason, result.result) == ("approved", ("Fresh bread", 5000))
