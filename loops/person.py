@@ -30,6 +30,7 @@ While a person answers, no deadline fires, and the run's clock moves forward by 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import contextvars
 import json
@@ -234,11 +235,13 @@ def person_at_hand() -> bool:
 _BLOCK = '"""'  # text over several lines, at a prompt: from a line starting with it to a line ending with it
 
 
-def ask_at_terminal(question: Question, read: Callable[[str], str] = input,
+def ask_at_terminal(question: Question, read: Callable[[str], str] | None = None,
                     write: Callable[[str], Any] = print) -> dict[str, Any]:
-    """Ask a person with `read` (`input()`: a terminal, or Jupyter's input box): the question, then each field
-    in turn, asked again until its value fits its type; text over several lines goes between \"\"\" and
-    \"\"\". End of input (Ctrl-D) means nobody answers now: `AwaitingInput`."""
+    """Ask a person with `read` (by default `input()`: a terminal, or Jupyter's input box): the question, then
+    each field in turn, asked again until its value fits its type; text over several lines goes between
+    \"\"\" and \"\"\". End of input (Ctrl-D) means nobody answers now: `AwaitingInput`."""
+    # `input` as it is now: ipykernel puts its own (the cell's input box) in place for each cell it runs.
+    read = read if read is not None else builtins.input
     write(question.text())
     write(f'(text over several lines: start it with {_BLOCK} and end it with {_BLOCK})')
     values: dict[str, Any] = {}

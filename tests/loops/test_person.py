@@ -246,3 +246,41 @@ def test_a_saved_program_with_a_person_in_a_role_loads_with_that_person(tmp_path
     loaded = loops.load(tmp_path / "refine.json")
     assert isinstance(loaded.critic, loops.person.Human) and "approved" in loaded.critic.signature.output_fields
     assert (loaded.critic.instructions, loaded.critic.interactive) == ("Be kind", False)
+
+
+_IN_A_CELL = """
+import loops
+loop = loops.CreatorCriticIterator(max_iterations=1, critic=loops.human(),
+                                   creator=lambda requirements, context, iteration: "Rain on the roof")
+result = loop(requirements="A haiku about rain", checkpoint={path!r}, run_id="k1")
+print("RESULT", result.stop_reason, [step.outputs for step in result.trace if step.human])
+"""
+
+
+@pytest.mark.slow
+def test_in_jupyter_a_person_answers_in_the_cells_input_box_and_without_one_the_run_pauses(tmp_path):
+    manager = pytest.importorskip("jupyter_client.manager", reason="the notebooks extra is installed by make test")
+    kernel, client = manager.start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        printed, prompts, typed = [], [], iter(["perhaps", "no", "Say what the rain sounds like"])
+
+        def output(message):
+            if message["msg_type"] == "stream":
+                printed.append(message["content"]["text"])
+
+        def answer(message):  # the front end's input box: what a person types into it
+            prompts.append(message["content"]["prompt"])
+            client.input(next(typed))
+
+        code = _IN_A_CELL.format(path=str(tmp_path / "runs.db"))
+        client.execute_interactive(code, allow_stdin=True, stdin_hook=answer, output_hook=output, timeout=120)
+        assert prompts == ["approved (true or false): "] * 2 + ["feedback (text): "]
+        assert "RESULT max_iterations [{'feedback': 'Say what the rain sounds like', 'approved': False}]" in "".join(
+            printed), printed
+
+        printed.clear()  # the same cell where the front end takes no input (a notebook run unattended)
+        client.execute_interactive(code.replace('"k1"', '"k2"'), allow_stdin=False, output_hook=output, timeout=120)
+        assert "RESULT awaiting_input []" in "".join(printed), printed
+    finally:
+        client.stop_channels()
+        kernel.shutdown_kernel(now=True)
