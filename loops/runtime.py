@@ -784,8 +784,8 @@ class Run:
         self._remember(role, turn)
         if recorded is None:
             self._save(role, inputs, result, turn, warnings_at)
-            if answered is not None:
-                self.replay.settle()  # the answer is the call's record now
+            if self.replay is not None:
+                self.replay.settle()  # answered (here or from elsewhere): the question is the call's record now
         return result
 
     def _paused(self, seconds: float) -> None:

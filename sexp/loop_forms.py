@@ -343,7 +343,7 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
                 _test_command(values["test-command"], clauses["test-command"][0])
             config = {key: values[key] for key in value_clauses}
             phases = {}
-            for role in form.contracts.keys() - people.keys():
+            for role in (role for role in form.contracts if role not in people):  # in the contract's order
                 clause, procedure = clauses[role]
                 check = _decision(clause) if role == "controller" else _verdict(clause) if role == "critic" else None
                 phases[role] = _phase(form, role, clause, procedure(env, ev), config, ev, check)

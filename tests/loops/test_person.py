@@ -284,3 +284,14 @@ def test_in_jupyter_a_person_answers_in_the_cells_input_box_and_without_one_the_
     finally:
         client.stop_channels()
         kernel.shutdown_kernel(now=True)
+
+
+def test_a_paused_run_resumed_where_someone_answers_in_the_run_leaves_no_question_behind(tmp_path):
+    path = tmp_path / "runs.db"
+    with dspy.context(lm=scripted_lm(never_approving)):
+        CreatorCriticIterator(critic=loops.human(answer=lambda question: None))(
+            requirements="a slogan", checkpoint=path, run_id="r1")
+        assert loops.pending_question(path, "r1") is not None
+        resumed = CreatorCriticIterator(critic=loops.human(answer=lambda question: {"approved": True}))(
+            requirements="a slogan", checkpoint=path, run_id="r1")
+    assert resumed.stop_reason == "approved" and loops.pending_question(path, "r1") is None
