@@ -15,6 +15,10 @@ A run id is worked on by one run at a time: a run claims it when it starts and g
 (`claim`, `release`). A second run on it, in this process or another, is refused before any LM call; a
 claim whose process has died (killed, crashed) is taken over, so a killed run always resumes.
 
+A run that pauses for a person (`loops.person`, stop reason "awaiting_input") leaves its question in the
+store, one per run id (`ask`); a person's answer is recorded beside it (`record_answer`, `loops runs answer`),
+and the resumed run takes it (`Replay.answer_for`) and clears it (`settle`) once the call is recorded.
+
 A store that cannot be read when a run starts (a damaged or unreadable file, a damaged record) is a
 `ConfigurationError` naming the file; one that fails while the run goes on (a full disk) ends the run
 gracefully with its work so far, stop reason "error" and the cause on `error` (a `RunError`).
@@ -25,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import pickle
 import re
@@ -42,8 +47,8 @@ import dspy
 
 from loops.errors import ConfigurationError, ReplayDivergence, RunError
 
-__all__ = ["CallRecord", "CheckpointStore", "MemoryStore", "Replay", "RunRecord", "SQLiteStore", "open_store",
-           "stable_hash", "unpack"]
+__all__ = ["CallRecord", "CheckpointStore", "MemoryStore", "QuestionRecord", "Replay", "RunRecord", "SQLiteStore",
+           "open_store", "stable_hash", "unpack"]
 
 # What a store may raise when its storage fails: SQLite's errors, the file system's.
 _STORAGE_ERRORS = (sqlite3.Error, OSError)
@@ -71,6 +76,33 @@ class CallRecord:
     payload: bytes
 
 
+@dataclass(frozen=True)
+class QuestionRecord:
+    """The question run `run_id` paused on, asked by call `seq` (`role`, with inputs of hash `inputs_hash`):
+    `question` the pickled `loops.person.Question`, `answer` a person's answer as JSON once given."""
+
+    run_id: str
+    seq: int
+    role: str
+    inputs_hash: str
+    question: bytes
+    answer: str | None
+    asked: float
+
+    def unpack(self) -> Any:
+        """The `loops.person.Question`; a damaged record is a `ConfigurationError`."""
+        try:
+            return pickle.loads(self.question)
+        except Exception as exc:  # pickle raises many kinds on damaged bytes
+            raise ConfigurationError(f"the question run {self.run_id!r} waits on is damaged and cannot be read "
+                                     f"({type(exc).__name__}: {exc})") from exc
+
+
+def _nested_in(run_id: str, candidate: str) -> bool:
+    """Whether `candidate` is `run_id` or a run nested in it (a DSL loop form's run is `RUN_ID/line:col#n`)."""
+    return candidate == run_id or candidate.startswith(run_id + "/")
+
+
 class CheckpointStore(Protocol):
     def begin(self, run_id: str, program: str, inputs: str) -> list[CallRecord]:
         """Open `run_id` (creating it), checking it was recorded for this program and these inputs;
@@ -90,6 +122,18 @@ class CheckpointStore(Protocol):
     def runs(self) -> list[RunRecord]: ...
 
     def calls(self, run_id: str) -> list[CallRecord]: ...
+
+    def ask(self, record: QuestionRecord) -> None:
+        """Keep the question a run paused on (replacing any earlier one of that run). Optional, with the three
+        below: a store without them cannot hold a run that waits for a person."""
+
+    def questions(self, run_id: str) -> list[QuestionRecord]:
+        """The questions of `run_id` and of the runs nested in it."""
+
+    def record_answer(self, run_id: str, answer: str) -> None: ...
+
+    def settle(self, run_id: str) -> None:
+        """Forget the question of `run_id`: its answer is recorded as the call's."""
 
 
 def _check_run(run_id: str, found: tuple[str, str] | None, program: str, inputs: str) -> None:
@@ -111,6 +155,7 @@ class MemoryStore:
         self._runs: dict[str, RunRecord] = {}
         self._calls: dict[str, list[CallRecord]] = {}
         self._claims: dict[str, str] = {}
+        self._questions: dict[str, QuestionRecord] = {}
         self._lock = threading.Lock()
 
     def claim(self, run_id: str, owner: str) -> None:
@@ -150,6 +195,22 @@ class MemoryStore:
         with self._lock:
             return list(self._calls.get(run_id, ()))
 
+    def ask(self, record: QuestionRecord) -> None:
+        with self._lock:
+            self._questions[record.run_id] = record
+
+    def questions(self, run_id: str) -> list[QuestionRecord]:
+        with self._lock:
+            return [record for key, record in self._questions.items() if _nested_in(run_id, key)]
+
+    def record_answer(self, run_id: str, answer: str) -> None:
+        with self._lock:
+            self._questions[run_id] = dataclasses.replace(self._questions[run_id], answer=answer)
+
+    def settle(self, run_id: str) -> None:
+        with self._lock:
+            self._questions.pop(run_id, None)
+
 
 class SQLiteStore:
     """Runs and their calls in one SQLite file; each call is committed as it finishes."""
@@ -163,6 +224,9 @@ class SQLiteStore:
                                           PRIMARY KEY (run_id, seq));
         CREATE TABLE IF NOT EXISTS claims (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, process TEXT NOT NULL,
                                            claimed REAL NOT NULL);
+        CREATE TABLE IF NOT EXISTS questions (run_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, role TEXT NOT NULL,
+                                              digest TEXT NOT NULL, question BLOB NOT NULL, answer TEXT,
+                                              asked REAL NOT NULL);
     """
 
     def __init__(self, path: str | os.PathLike[str]):
@@ -225,6 +289,27 @@ class SQLiteStore:
     def calls(self, run_id: str) -> list[CallRecord]:
         with self._lock, self._reading():
             return self._calls(run_id)
+
+    def ask(self, record: QuestionRecord) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO questions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (record.run_id, record.seq, record.role, record.inputs_hash, record.question,
+                              record.answer, record.asked))
+
+    def questions(self, run_id: str) -> list[QuestionRecord]:
+        with self._lock, self._reading():
+            rows = self._db.execute("SELECT run_id, seq, role, digest, question, answer, asked FROM questions WHERE "
+                                    "run_id = ? OR substr(run_id, 1, ?) = ?",
+                                    (run_id, len(run_id) + 1, run_id + "/")).fetchall()
+        return [QuestionRecord(*row) for row in rows]
+
+    def record_answer(self, run_id: str, answer: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE questions SET answer = ? WHERE run_id = ?", (answer, run_id))
+
+    def settle(self, run_id: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM questions WHERE run_id = ?", (run_id,))
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[None]:
@@ -316,6 +401,39 @@ class Replay:
                            f"({type(exc).__name__}: {exc}); the run stopped with its work so far and resumes from "
                            "its last recorded call once the storage works again") from exc
         self.next_seq += 1
+
+    def ask(self, role: str, inputs_hash: str, question: Any) -> None:
+        """Keep the question the run pauses on, asked by its next call; `RunError` when the store cannot."""
+        if not hasattr(self.store, "ask"):
+            raise ConfigurationError(f"the checkpoint store {type(self.store).__name__} cannot hold a run that waits "
+                                     "for a person (it has no `ask`): use a SQLiteStore (checkpoint='runs.db')")
+        record = QuestionRecord(self.run_id, self.next_seq, role, inputs_hash,
+                                pickle.dumps(question, protocol=pickle.HIGHEST_PROTOCOL), None, time.time())
+        try:
+            self.store.ask(record)
+        except _STORAGE_ERRORS as exc:
+            raise RunError(f"the checkpoint could not keep the question run {self.run_id!r} waits on "
+                           f"({type(exc).__name__}: {exc})") from exc
+
+    def answer_for(self, role: str, inputs_hash: str) -> dict[str, Any] | None:
+        """A person's answer recorded for the question this run paused on, when this call (`role`, with
+        inputs of hash `inputs_hash`) is the one that asked it; None when there is none yet."""
+        questions = getattr(self.store, "questions", None)
+        record = next((found for found in questions(self.run_id) if found.run_id == self.run_id), None) if (
+            questions is not None) else None
+        if record is None or record.answer is None:
+            return None
+        if (record.role, record.inputs_hash, record.seq) != (role, inputs_hash, self.next_seq):
+            raise ReplayDivergence(
+                f"run {self.run_id!r} waits on the {record.role}'s answer at call {record.seq + 1}, but the program "
+                f"now calls {role} at call {self.next_seq + 1}: resume it with the program that asked, or give this "
+                "run a new run_id")
+        return json.loads(record.answer)
+
+    def settle(self) -> None:
+        """The question's answer is recorded as its call's: forget the question."""
+        with contextlib.suppress(*_STORAGE_ERRORS):  # a question left behind is answered by the call's record
+            self.store.settle(self.run_id)
 
     def finish(self, stop_reason: str) -> str | None:
         """Record how the run ended; a warning when the store failed to (the run's result stands)."""

@@ -10,6 +10,10 @@ is the shape): the run's deadline and every limit are checked there, and the req
 run-aware engine (`RUN_AWARE`: the embedded model's, the server engines) asks before each request it sends,
 re-sends included, and bounds each wait by `time_left`; for any other LM the runtime asks for it, before
 each LM call DSPy makes (a DSPy callback), and gives the call up at the deadline itself.
+
+A person's time is not the run's: while a role answered by a person (`loops.person`) waits for them, no
+deadline fires, and after it every deadline of this context (the run's, those of the runs it runs within,
+a DSL program's clock) moves forward by the wait (`paused`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from typing import Any, Protocol, TypeVar
 from loops.errors import DeadlinePassed, RequestRefused
 
 __all__ = ["RUN_AWARE", "DeadlinePassed", "Observer", "RequestRefused", "before_request", "current_run", "deadline",
-           "given_up", "observers", "observing", "run_aware", "running", "time_left", "within_deadline"]
+           "given_up", "observers", "observing", "on_pause", "paused", "run_aware", "running", "time_left",
+           "within_deadline"]
 
 # The attribute (on an LM or its engine) saying that its engine asks `before_request` before every request it
 # sends and ends every wait at the run's deadline by itself.
@@ -44,7 +49,24 @@ class Observer(Protocol):
 
 _observers: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar("loops_observers", default=())
 _current_run: contextvars.ContextVar[Any] = contextvars.ContextVar("loops_current_run", default=None)
-_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("loops_deadline", default=None)
+
+
+class _Until:
+    """A run's deadline, shared by every context that runs within it (a worker thread's copy included), so that
+    a person's wait moves it for all of them."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: float):
+        self.at = at
+
+    def shift(self, seconds: float) -> None:
+        self.at += seconds
+
+
+_deadline: contextvars.ContextVar[_Until | None] = contextvars.ContextVar("loops_deadline", default=None)
+_pause_listeners: contextvars.ContextVar[tuple[Callable[[float], None], ...]] = contextvars.ContextVar(
+    "loops_pause_listeners", default=())
 
 
 @contextlib.contextmanager
@@ -72,12 +94,13 @@ def deadline() -> float | None:
     """The `time.monotonic()` instant at which the current run's time is up, if it has a timeout.
 
     An LM backend that can stop mid-generation (the embedded model) checks it between tokens."""
-    return _deadline.get()
+    until = _deadline.get()
+    return None if until is None else until.at
 
 
 def time_left() -> float | None:
     """Seconds until the current run's deadline (0 once it has passed); None without one."""
-    until = _deadline.get()
+    until = deadline()
     return None if until is None else max(0.0, until - time.monotonic())
 
 
@@ -104,7 +127,7 @@ def within_deadline(work: Callable[[], _T], what: str) -> _T:
     """`work()`, given up at the current run's deadline: for a call that cannot stop itself (a blocking read,
     llama.cpp reading a prompt), it runs on a worker thread with this context, and the caller goes on at the
     deadline (`given_up`) while the worker finishes on its own. Without a deadline, just `work()`."""
-    until = _deadline.get()
+    until = deadline()
     if until is None:
         return work()
     outcome = _WORKERS.submit(contextvars.copy_context().run, work)
@@ -157,10 +180,31 @@ _WORKERS = _Workers()
 
 @contextlib.contextmanager
 def running(run: Any, until: float | None) -> Iterator[None]:
-    """Make `run` the current run of this context, with its deadline, for the duration of the block."""
-    run_token, deadline_token = _current_run.set(run), _deadline.set(until)
+    """Make `run` the current run of this context, with its deadline, for the duration of the block; a
+    person's wait in it (`paused`) moves that deadline."""
+    shared = None if until is None else _Until(until)
+    run_token, deadline_token = _current_run.set(run), _deadline.set(shared)
     try:
-        yield
+        with contextlib.nullcontext() if shared is None else on_pause(shared.shift):
+            yield
     finally:
         _current_run.reset(run_token)
         _deadline.reset(deadline_token)
+
+
+@contextlib.contextmanager
+def on_pause(listener: Callable[[float], None]) -> Iterator[None]:
+    """Tell `listener(seconds)` of every wait for a person in this context (`paused`): a clock of its own (a run's
+    start, a DSL program's deadline) moves forward by it."""
+    token = _pause_listeners.set((*_pause_listeners.get(), listener))
+    try:
+        yield
+    finally:
+        _pause_listeners.reset(token)
+
+
+def paused(seconds: float) -> None:
+    """A person took `seconds` to answer: the run's deadline, those of the runs it runs within and every other
+    clock listening in this context (`on_pause`) move forward by them, so that the wait is not charged."""
+    for listener in _pause_listeners.get():
+        listener(seconds)

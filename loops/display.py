@@ -27,6 +27,7 @@ __all__ = [
     "step_html",
     "step_judgement",
     "step_outcome",
+    "step_role",
 ]
 
 _SHORT = 100  # characters of a value shown in a summary before it is cut
@@ -86,6 +87,11 @@ def step_outcome(step: Any) -> str:
     if isinstance(outputs.get("success"), bool):
         return "judges: success" if outputs["success"] else "judges: failure"
     return "ok"
+
+
+def step_role(step: Any) -> str:
+    """The step's role, marked when a person answered it (`loops.person`)."""
+    return f"{step.role} (a person)" if getattr(step, "human", False) else step.role
 
 
 def lm_calls_text(result: Any) -> str:
@@ -209,7 +215,7 @@ def _trace_table(trace: Iterable[Any]) -> str:
     for step in trace:
         tokens = f"{step.tokens['input']}/{step.tokens['output']}" if step.tokens else "-"
         note = f" <i>({_escape(_cut(step.note, 80))})</i>" if step.note else ""
-        rows.append(f"<tr><td>{_escape(step.role)}</td><td>{step.iteration}</td><td>{step.seconds:.1f}</td>"
+        rows.append(f"<tr><td>{_escape(step_role(step))}</td><td>{step.iteration}</td><td>{step.seconds:.1f}</td>"
                     f"<td>{tokens}</td><td>{step.attempts}</td><td>{_escape(step_outcome(step))}{note}</td></tr>")
     return f"<table><tr>{header}</tr>{''.join(rows)}</table>"
 

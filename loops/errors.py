@@ -9,7 +9,12 @@
     │   ├── CommandNotFoundError (FileNotFoundError) a validator's executable does not exist
     │   ├── ContractError (TypeError)        a phase does not fit its contract (arity, what it returns)
     │   ├── DecisionError                    a controller returned something that is not a decision
-    │   └── ReplayDivergence                 a resumed run does not match its checkpoint's record
+    │   ├── ReplayDivergence                 a resumed run does not match its checkpoint's record
+    │   └── AnswerError                      a person's answer does not fit the fields of the role it
+    │                                        answers for (the message names them and their types)
+    ├── AwaitingInput                        a role answered by a person has no one to answer it now: the
+    │                                        run pauses (stop reason "awaiting_input"), its checkpoint
+    │                                        holding the question (`loops.person`)
     ├── RunError (RuntimeError)              a failure during a run
     │   ├── LimitReached                     a budget limit was hit (raised only with strict=True)
     │   │   └── DeadlinePassed (TimeoutError)    an LM call abandoned at the run's deadline; the
@@ -37,6 +42,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AnswerError",
+    "AwaitingInput",
     "CommandNotFoundError",
     "ConfigurationError",
     "ContractError",
@@ -79,6 +86,23 @@ class DecisionError(ConfigurationError):
 
 class ReplayDivergence(ConfigurationError):
     """A resumed run does not match its record: another program, other inputs, or calls in another order."""
+
+
+class AnswerError(ConfigurationError):
+    """A person's answer (at the terminal, from an answer function, or `loops runs answer`) does not fit the
+    fields of the role it answers for; the message names every field and its type."""
+
+
+class AwaitingInput(LoopsError):
+    """A role answered by a person has no one to answer it in this process: the run pauses with the stop
+    reason "awaiting_input" (the runtime catches it), and its checkpoint holds `question`. `prediction` is
+    the work so far of a run nested in another (a DSL loop form's), which pauses the enclosing run too."""
+
+    prediction: Any = None
+
+    def __init__(self, question: Any):
+        super().__init__(f"the {question.role} waits for a person's answer")
+        self.question = question
 
 
 class RunError(LoopsError, RuntimeError):

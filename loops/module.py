@@ -14,11 +14,13 @@ from typing import Any
 
 import dspy
 
+from loops import context
 from loops.budget import Budget, RetryPolicy
 from loops.checkpoint import CheckpointStore, Replay, open_store, stable_hash
 from loops.contracts import PhaseContract
 from loops.errors import ConfigurationError
 from loops.lm import resolve
+from loops.person import Human, nobody_to_answer
 from loops.runtime import UNSET, RoleCalls, Run, adrive, drive, predictor_of
 from loops.saving import encode, lm_reference, unnamed_lm_note
 
@@ -96,10 +98,20 @@ class LoopModule(dspy.Module):
 
     def _set_phase(self, role: str, phase: Any, builtin: Callable[[], dspy.Module]) -> bool:
         """Set the role's phase: `phase` checked against its contract, or the built-in LLM role (built
-        only when it will run). Returns whether the built-in one is used."""
+        only when it will run). Returns whether the built-in one is used: so it is for a person
+        (`loops.human()`), who answers with the built-in role's fields in its place, unless the role's
+        contract says what a person answers (a phase with no LLM role behind it)."""
         if phase is None:
             setattr(self, role, builtin())
             self._llm_roles.append(role)
+            return True
+        if isinstance(phase, Human):
+            contract = self.contracts.get(role)
+            if contract is not None and contract.answers:
+                setattr(self, role, phase.for_contract(contract))
+                return False
+            predictor, _ = predictor_of(builtin())
+            setattr(self, role, phase.bound(predictor.signature))
             return True
         self.contracts[role].check(phase)
         setattr(self, role, phase)
@@ -124,6 +136,8 @@ class LoopModule(dspy.Module):
             predictor, _ = predictor_of(phase)
             if predictor is not None:
                 lines.append(f"  {role} = {type(phase).__name__}({predictor.signature.signature})")
+            elif isinstance(phase, Human):
+                lines.append(f"  {role} = {phase!r}")
             elif phase is not None:
                 lines.append(f"  {role} = {getattr(phase, '__qualname__', type(phase).__qualname__)} (custom phase)")
         return "\n".join(lines)
@@ -136,6 +150,8 @@ class LoopModule(dspy.Module):
             predictor, _ = predictor_of(role)
             if predictor is not None:
                 parts.append((name, predictor.signature.instructions, tuple(predictor.signature.fields)))
+            elif isinstance(role, Human):
+                parts.append((name, "human", tuple(role.signature.fields) if role.signature else ()))
             elif role is not None:
                 parts.append((name, getattr(role, "__qualname__", type(role).__qualname__)))
         return f"{type(self).__module__}.{type(self).__qualname__}:{stable_hash(parts)}"
@@ -210,6 +226,8 @@ class LoopModule(dspy.Module):
                         "loops.lm.local_lm() for the embedded offline model), use dspy.context(lm=...), or "
                         f"{type(self).__name__}.{role}.set_lm(...)")
         store, run_id = limits.pop("checkpoint", self.checkpoint), limits.pop("run_id", None)
+        if run_id is None:
+            self._check_people_can_answer()
         budget = budget.override(**limits) if limits else budget
         replay = None
         if run_id is not None:
@@ -229,7 +247,15 @@ class LoopModule(dspy.Module):
             windows=self.history_window,
             history_summary=self.history_summary,
             replay=replay,
+            parent=context.current_run(),
         )
+
+    def _check_people_can_answer(self) -> None:
+        """A run with no checkpoint cannot pause: each person in it must have someone to answer in this process
+        (an answer function, an answerer of the context, a person at hand), or no LM call is made."""
+        nobody = [name for name, value in vars(self).items() if isinstance(value, Human) and not value.can_answer()]
+        if nobody:
+            raise nobody_to_answer(nobody)
 
     def _roles_that_may_run(self, budget: Budget) -> list[str]:
         """The LLM roles a run within `budget` may call: each needs an LM before the run starts, and only

@@ -12,6 +12,9 @@ synchronously, for `forward()` (what DSPy optimizers call); `adrive` performs th
 operations asynchronously, for `aforward()`. Budgets, retries, per-role histories, the trace and
 graceful stops live in `Run`, written once for both.
 
+A role may be answered by a person (`loops.person`): their turn is a call like an LLM role's, traced,
+kept in the role's history and recorded; when nobody can answer, the run pauses ("awaiting_input").
+
 The runtime knows a model only by its profile (`loops.profile`: adapter, history window, price) and
 renders its results through `loops.display`; it imports no model module and no notebook code. The run
 in progress, with its deadline, is published in `loops.context` for engines, tools and the DSL.
@@ -38,12 +41,13 @@ from dspy.utils import exceptions as dspy_errors
 from dspy.utils.callback import ACTIVE_CALL_ID, BaseCallback
 from dspy.utils.usage_tracker import UsageTracker
 
-from loops import checkpoint, context, display, profile
+from loops import checkpoint, context, display, person, profile
 from loops.adapters import historyless_once
 from loops.budget import Budget, RetryPolicy
 from loops.contracts import PhaseContract
 from loops.demos import curate_trace, demos_without_history
 from loops.errors import (
+    AwaitingInput,
     ConfigurationError,
     DeadlinePassed,
     LimitReached,
@@ -73,7 +77,7 @@ __all__ = [
 ]
 
 StopReason = Literal["approved", "stopped", "completed", "no_progress", "max_iterations", "timeout", "context_limit",
-                     "lm_calls", "tokens", "cost", "error"]
+                     "lm_calls", "tokens", "cost", "error", "awaiting_input"]
 STOP_REASONS: Mapping[str, str] = {
     "approved": "the critic approved the draft (Creator–Critic–Iterator)",
     "stopped": "the controller decided to stop, or the evaluator passed the result (Execute–Validate, Director)",
@@ -86,6 +90,8 @@ STOP_REASONS: Mapping[str, str] = {
     "tokens": "the token budget (max_tokens, input plus output as the LMs report them) ran out",
     "cost": "the cost budget (max_cost_usd) ran out",
     "error": "a role or phase failed for good; the cause is on `error`",
+    "awaiting_input": "a role answered by a person had nobody to answer it: the run paused, its checkpoint holding "
+                      "the question (`question`); answer it and resume the run",
 }
 assert set(STOP_REASONS) == set(get_args(StopReason))
 LIMIT_REASONS = frozenset({"max_iterations", "timeout", "context_limit", "lm_calls", "tokens", "cost"})
@@ -146,7 +152,8 @@ class Step:
 
     `lm_calls` are the LM requests the call sent, `cached` the LM calls DSPy's cache answered instead,
     `tokens` and `cost_usd` what its requests used; `replayed` marks a step answered from a checkpoint's
-    record, whose counts are those of the process that recorded it."""
+    record, whose counts are those of the process that recorded it; `human` a person's answer
+    (`loops.person`), whose `seconds` are the person's."""
 
     role: str
     iteration: int
@@ -161,6 +168,7 @@ class Step:
     cached: int = 0
     cost_usd: float | None = None
     replayed: bool = False
+    human: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (values JSON cannot hold are rendered as text)."""
@@ -465,6 +473,7 @@ class Run:
     windows: int | Mapping[str, int | None] | None | object = UNSET
     history_summary: bool = False
     replay: checkpoint.Replay | None = None
+    parent: Any = None  # the run this one runs within (a DSL loop form's run within its program's), if any
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -482,6 +491,7 @@ class Run:
         self.best_score: Any = None
         self.current: dict[str, Any] = {}
         self.error: BaseException | None = None
+        self.question: person.Question | None = None  # what the run paused on ("awaiting_input")
         self.usage = _UsageLog(priced=self.budget.max_cost_usd is not None)
         self._turn_chars: dict[str, list[int]] = {}
         self._shown_chars: dict[str, int] = {}
@@ -508,6 +518,8 @@ class Run:
         when the budget is spent and `RoleFailed` when the role fails for good.
         """
         target = predictor if predictor is not None else getattr(self.module, role)
+        if isinstance(target, person.Human):
+            return (yield from self._ask(role, target, inputs))
         inner, history_field = predictor_of(target)
         lm = inner.lm if inner is not None and inner.lm is not None else dspy.settings.lm
         if history_field is not None and role not in self._role_windows:
@@ -554,11 +566,15 @@ class Run:
         contract = self.contracts[role]
         if arguments.keys() != set(contract.params):
             raise TypeError(f"{role} is called with {contract.params}, not {tuple(arguments)}")
+        target = phase if phase is not None else getattr(self.module, role)
+        if isinstance(target, person.Human):  # a person in a phase's place: the contract's answers, as a role call
+            asked = {name: arguments[name] for name in contract.params if name != "iteration"}
+            answer = yield from self._ask(role, target.for_contract(contract), asked)
+            return person.phase_value(contract, dict(answer.items()), arguments)
         warnings_at = len(self.warnings)
         recorded = self._replayed(role, arguments)
         if recorded is not None:
             return recorded
-        target = phase if phase is not None else getattr(self.module, role)
         args = tuple(arguments[name] for name in contract.params)
         result = yield from self._call(role, target, args, {}, arguments, None, llm=False)
         self._save(role, arguments, result, None, warnings_at)
@@ -621,7 +637,7 @@ class Run:
                   **measured}
         fields.update({alias: fields[name] for alias, name in self.aliases.items()})
         return LoopResult(**fields, replayed=self.replayed, cached=self.cached, tokens=self.usage.tokens,
-                          cost_usd=self.usage.cost_usd)
+                          cost_usd=self.usage.cost_usd, question=self.question)
 
     # What the module's forward/aforward hand to a driver ------------------------------------------
 
@@ -630,7 +646,8 @@ class Run:
         """The context a run's program is driven in: its usage log, its deadline, itself as current run. Its
         checkpoint's claim on the run id is given up when it ends, however it ends."""
         try:
-            with context.running(self, self.deadline), dspy.context(usage_tracker=self.usage):
+            with (context.running(self, self.deadline), context.on_pause(self._paused),
+                  dspy.context(usage_tracker=self.usage)):
                 yield self
         finally:
             if self.replay is not None:
@@ -666,6 +683,8 @@ class Run:
         A developer's mistake (`ConfigurationError`) and a bug in the pattern itself propagate."""
         try:
             prediction = yield from loop(self, **inputs)
+        except AwaitingInput as pause:
+            prediction = self._paused_on(pause)
         except LimitReached as limit:
             self.warn(str(limit))
             prediction = self.finish(limit.reason)
@@ -677,6 +696,10 @@ class Run:
             unrecorded = self.replay.finish(prediction.stop_reason)
             if unrecorded:
                 prediction.warnings.append(unrecorded)
+        if self.parent is not None and prediction.stop_reason == "awaiting_input":
+            pause = AwaitingInput(self.question)  # the run this one runs within pauses too
+            pause.prediction = prediction
+            raise pause
         curate_trace(self._predictions, self._credited)
         if self.strict and (prediction.stop_reason in LIMIT_REASONS or prediction.stop_reason == "error"):
             raised = self.error if isinstance(self.error, RunError) else LimitReached(
@@ -739,6 +762,52 @@ class Run:
             self._record(step)
         return result
 
+    def _ask(self, role: str, asked: person.Human, inputs: dict[str, Any]) -> RoleCalls:
+        """A person's turn in `role`'s place, as a role call: replayed from the checkpoint's record, else the
+        answer recorded there for the question the run paused on, else asked (`loops.person`); kept in the
+        role's history and recorded. `AwaitingInput`, with the question kept in the checkpoint, when nobody
+        can answer."""
+        warnings_at = len(self.warnings)
+        recorded = result = self._replayed(role, inputs)
+        if recorded is None:
+            inputs_hash = checkpoint.stable_hash(inputs)
+            answered = None if self.replay is None else self.replay.answer_for(role, inputs_hash)
+            try:
+                result = yield from self._call(role, asked, (asked.question(role, inputs, self.iteration), answered),
+                                               {}, inputs, None, llm=False, human=True)
+            except AwaitingInput as pause:
+                if self.replay is None:
+                    raise person.nobody_to_answer([role]) from None
+                self.replay.ask(role, inputs_hash, pause.question)
+                raise
+        turn = {**inputs, **result}
+        self._remember(role, turn)
+        if recorded is None:
+            self._save(role, inputs, result, turn, warnings_at)
+            if self.replay is not None:
+                self.replay.settle()  # answered (here or from elsewhere): the question is the call's record now
+        return result
+
+    def _paused(self, seconds: float) -> None:
+        """A person answered in this run, or in one it runs within, after `seconds` (`loops.context.paused`): its
+        clock and deadline move past the wait, which is not the run's time."""
+        self.started += seconds
+        if self.deadline is not None:
+            self.deadline += seconds
+
+    def _paused_on(self, pause: AwaitingInput) -> LoopResult:
+        """The run's end when nobody can answer a person's question now: the question kept on the result (and in
+        the checkpoint), and, unless it runs within another run, a warning saying how to answer and resume."""
+        self.question = pause.question
+        if self.parent is None:
+            store, run_id = (getattr(self.replay.store, "path", "FILE"), self.replay.run_id) if self.replay else (
+                "FILE", "RUN_ID")
+            self.warn(f"waiting for a person to answer as the {pause.question.role}: `loops runs show {store} "
+                      f"{run_id}` shows the question, `loops runs answer {store} {run_id} "
+                      f"{pause.question.usage()}` (or loops.answer) records the answer, and the same call with "
+                      f"run_id={run_id!r} (the same command with --run-id {run_id}) goes on")
+        return self.finish("awaiting_input")
+
     def _save(self, role: str, inputs: dict[str, Any], result: Any, turn: dict[str, Any] | None,
               warnings_at: int) -> None:
         """Record a finished call for replay, with the warnings it raised (less its nested calls')."""
@@ -750,9 +819,10 @@ class Run:
                          [self.warnings[index] for index in raised], turn)
 
     def _call(self, role: str, target: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any],
-              adapter: dspy.Adapter | None, *, llm: bool, run_aware: bool = False) -> RoleCalls:
+              adapter: dspy.Adapter | None, *, llm: bool, run_aware: bool = False, human: bool = False) -> RoleCalls:
         """One role or phase call with retries; records a step with its outputs (before observers hear of
-        it). `llm` marks an LLM role, `run_aware` one whose LM asks the run itself (`loops.context`).
+        it). `llm` marks an LLM role, `run_aware` one whose LM asks the run itself (`loops.context`), `human`
+        a person's turn: no deadline fires while they answer, and the run's clocks move past the wait.
 
         Every LM request is counted where it passes the run's gate (`before_request`): first tries, retries,
         re-asks, JSON fallbacks and engines' re-sends alike, failed and abandoned ones included."""
@@ -762,16 +832,21 @@ class Run:
         while True:
             tally.attempts += 1
             self._depth += 1
+            asked_at = time.monotonic()
             try:
-                result = yield _Invoke(target, args, kwargs, adapter, self.deadline, llm, run_aware)
+                result = yield _Invoke(target, args, kwargs, adapter, None if human else self.deadline, llm, run_aware)
                 break
             except Exception as exc:
                 self._depth -= 1
                 kwargs = yield from self._after_failure(tally, exc, kwargs, llm)
         self._depth -= 1
+        if human:
+            context.paused(time.monotonic() - asked_at)
         if run_aware and not tally.requests():
             self.cached += 1  # its engine was never reached: DSPy's cache answered
-        self._record(tally.step(dict(result.items()) if llm else {"result": result}))
+        step = tally.step(dict(result.items()) if llm or human else {"result": result})
+        step.human = human
+        self._record(step)
         return result
 
     def _after_failure(self, tally: _Tally, error: Exception, kwargs: dict[str, Any], llm: bool) -> RoleCalls:

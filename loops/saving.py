@@ -5,7 +5,8 @@ what makes it the same loop (`LoopModule.dump_state`): its class, the arguments 
 (budget, policy, samples, a DSL program's source, ...) and each role's LM as a model string (`local`
 for the embedded model), never as an endpoint's settings. So:
 
-- `loops.load("x.json")` rebuilds the program from the file alone; phases, tools or clocks that are
+- `loops.load("x.json")` rebuilds the program from the file alone (a person in a role's place,
+  `loops.human()`, included); phases, tools or clocks that are
   Python objects cannot be written to JSON, so the file names them and `load` asks for them again
   as keywords (`load("x.json", executor=my_executor)`), before any LM call;
 - `module.load("x.json")` on an already-built module of that class restores its demos, instructions,
@@ -28,6 +29,7 @@ import orjson
 from loops.adapters import ADAPTER_CLASSES
 from loops.errors import ConfigurationError
 from loops.lm import is_embedded
+from loops.person import Human
 
 __all__ = ["decode", "encode", "lm_reference", "load", "saved_class", "unnamed_lm_note"]
 
@@ -78,6 +80,8 @@ def encode(value: Any) -> Any:
         return {"__adapter__": cls.__name__}
     if cls.__name__ == "Workspace" and cls.__module__ == "loops.validators":
         return os.fspath(value.path)
+    if isinstance(value, Human) and value.answer is None:  # a person, not a function that answers for them
+        return {"__human__": {"instructions": value.instructions, "interactive": value.interactive}}
     name = getattr(value, "__qualname__", None) or cls.__qualname__
     return {"__given__": f"{getattr(value, '__module__', cls.__module__)}.{name}"}
 
@@ -94,6 +98,8 @@ def decode(value: Any, name: str, given: Mapping[str, Any]) -> Any:
         return getattr(importlib.import_module(module), qualname)(**value["fields"])
     if "__adapter__" in value:
         return ADAPTER_CLASSES[value["__adapter__"]]()
+    if "__human__" in value:
+        return Human(**value["__human__"])
     if "__given__" in value:
         if name not in given:
             raise ConfigurationError(

@@ -283,12 +283,17 @@ class Evaluation:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Evaluation]:
-        """Make this the run that DSL procedures called from Python join."""
+        """Make this the run that DSL procedures called from Python join; a person's wait in it (a loop form's
+        `(human)` phase, `loops.context.paused`) moves its deadline past the wait."""
         token = _current_evaluation.set(self)
         try:
-            yield self
+            with context.on_pause(self._paused):
+                yield self
         finally:
             _current_evaluation.reset(token)
+
+    def _paused(self, seconds: float) -> None:
+        self.deadline += seconds  # an infinite deadline stays infinite
 
 
 def current_evaluation() -> Evaluation | None:

@@ -29,6 +29,14 @@ one; there is no second loop implementation here.
       (critic   (lambda (requirements draft iteration) ...))           ; -> a verdict
       (iterator (lambda (requirements draft feedback iteration) ...)))  ; -> the revised draft
 
+A phase may be a person instead of a procedure, `(human)` or `(human "what to look for")`: e.g.
+`(critic (human))`. A person answers in an LLM role's place with that role's fields (the critic's
+`approved` and `feedback`, the evaluator's `status` and `feedback`, the Director's controller's `action`
+and `next_input`), in the iterative loop's validator and controller with their contract's (`passed`;
+`action` and `next_input`), exactly as `loops.human()` does in Python (`loops.person`); when nobody can
+answer, the program pauses with the stop reason `awaiting_input` (it needs a checkpoint) and resumes
+where it was.
+
 Clauses are checked when the program is analysed (missing, duplicate, unknown) and the phases when
 the form runs, before the loop starts (a procedure, of the contract's arity); each error points at
 its clause. A controller decides with `(list 'continue next-input)` or `(list 'stop value)`; a
@@ -54,7 +62,8 @@ from typing import Any
 from loops.budget import MAX_ITERATIONS_CAP, Budget
 from loops.context import current_run
 from loops.contracts import CREATOR_CRITIC, DIRECTOR, EXECUTE_VALIDATE, PhaseContract, verdict_approved
-from loops.errors import ConfigurationError, ContractError, LimitReached
+from loops.errors import AwaitingInput, ConfigurationError, ContractError, LimitReached
+from loops.person import Human, human
 from loops.sexp.errors import ArityError, DslTypeError, DslValueError
 from loops.sexp.evaluator import (
     Analyzer,
@@ -71,7 +80,7 @@ from loops.sexp.primitives import get_field
 from loops.sexp.reader import Node
 from loops.sexp.values import NIL, Symbol, is_list, to_dsl, to_source
 
-__all__ = ["LOOP_FORMS", "ProgramOutcome", "program_outcome"]
+__all__ = ["LOOP_FORMS", "ProgramOutcome", "asks_a_person", "program_outcome"]
 
 
 @dataclass(frozen=True)
@@ -112,13 +121,39 @@ class _Attempt:
     def __repr__(self) -> str:  # what a checkpoint's digest of the controller's inputs sees
         return f"_Attempt({self.value!r})"
 
+    def __str__(self) -> str:  # what a person in the controller's place reads
+        return to_source(self.value)
+
 
 def _unbox(value: Any) -> Any:
     return value.value if type(value) is _Attempt else value
 
 
-def _analyze_clauses(analyzer: Analyzer, node: Node, form: LoopForm) -> dict[str, tuple[Node, Exec]]:
-    found: dict[str, tuple[Node, Exec]] = {}
+def _person(analyzer: Analyzer, node: Node, clause: str) -> Human | None:
+    """The person a phase clause's expression stands for, `(human)` or `(human "instructions")`; None when it is
+    an expression (a procedure)."""
+    items = node.value if node.is_list else ()
+    if not items or items[0].symbol != "human":
+        return None
+    if len(items) > 2 or (len(items) == 2 and type(items[1].value) is not str):
+        raise analyzer.syntax_error(f"{clause}: a person is (human) or (human \"what to look for\")", node)
+    return human(instructions=items[1].value if len(items) == 2 else "")
+
+
+def asks_a_person(nodes: list[Node]) -> bool:
+    """Whether a program asks a person anywhere (a loop form's phase `(human)`)."""
+    return any(item.is_list and (bool(item.value) and item.value[0].symbol == "human" or asks_a_person(
+        list(item.value))) for item in nodes)
+
+
+@special_form("human")
+def _human_elsewhere(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
+    raise analyzer.syntax_error("(human) is a person answering a loop form's phase: write it as the phase itself, "
+                                "e.g. (critic (human)) in a creator-critic-loop", node)
+
+
+def _analyze_clauses(analyzer: Analyzer, node: Node, form: LoopForm) -> dict[str, tuple[Node, Exec | Human]]:
+    found: dict[str, tuple[Node, Exec | Human]] = {}
     for clause in node.value[1:]:
         key = clause.value[0].symbol if clause.is_list and clause.value else None
         if key not in form.clauses:
@@ -130,7 +165,8 @@ def _analyze_clauses(analyzer: Analyzer, node: Node, form: LoopForm) -> dict[str
             raise analyzer.syntax_error(f"{form.name}: clause '{key}' is given twice", clause)
         if len(clause.value) != 2:
             raise analyzer.syntax_error(f"{form.name}: clause '{key}' takes one expression: ({key} expr)", clause)
-        found[key] = (clause, analyzer.analyze(clause.value[1]))
+        person = _person(analyzer, clause.value[1], f"{form.name}: {key}") if key in form.contracts else None
+        found[key] = (clause, person or analyzer.analyze(clause.value[1]))
     missing = [key for key in form.clauses if key not in found and key not in form.optional]
     if missing:
         raise analyzer.syntax_error(f"{form.name} is missing the clause ({missing[0]} ...) "
@@ -296,7 +332,8 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
     def analyze(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
         clauses = _analyze_clauses(analyzer, node, form)
         value_clauses = [key for key in ("max-iterations", *form.inputs, *form.optional) if key in clauses]
-        module = build({role: _dispatcher(role) for role in form.contracts}, analyzer.interpreter)
+        people = {role: clauses[role][1] for role in form.contracts if isinstance(clauses[role][1], Human)}
+        module = build({role: people.get(role) or _dispatcher(role) for role in form.contracts}, analyzer.interpreter)
 
         def run(env: Env, ev: Evaluation) -> Any:
             ev.tick(node)
@@ -306,7 +343,7 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
                 _test_command(values["test-command"], clauses["test-command"][0])
             config = {key: values[key] for key in value_clauses}
             phases = {}
-            for role in form.contracts:
+            for role in (role for role in form.contracts if role not in people):  # in the contract's order
                 clause, procedure = clauses[role]
                 check = _decision(clause) if role == "controller" else _verdict(clause) if role == "critic" else None
                 phases[role] = _phase(form, role, clause, procedure(env, ev), config, ev, check)
@@ -316,6 +353,9 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
             try:
                 prediction = module(**inputs(values), budget=_budget(max_iterations, ev, node),
                                     **_checkpoint(ev, node))
+            except AwaitingInput as pause:  # a person is to answer: the program pauses with the loop's work
+                _fold(pause.prediction, form, ev, node)
+                raise
             finally:
                 _running_phases.reset(token)
             _fold(prediction, form, ev, node)
@@ -353,9 +393,12 @@ def _execute_validate(phases: dict[str, Any], interpreter: Any) -> Any:
     from loops.execute_validate import ExecuteValidateController
 
     executor = phases["executor"]
+    # A person in the executor's place writes the code as the built-in executor would.
+    boxed = executor if isinstance(executor, Human) else lambda current, iteration: _Attempt(executor(current,
+                                                                                                     iteration))
     # The phases work in the interpreter's workspace, where its shell tool runs.
     workspace = interpreter.workspace or os.getcwd()
-    return ExecuteValidateController(executor=lambda current, iteration: _Attempt(executor(current, iteration)),
+    return ExecuteValidateController(executor=boxed,
                                      validator=phases["validator"], controller=phases["controller"],
                                      workspace=workspace)
 

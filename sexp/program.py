@@ -38,12 +38,13 @@ from loops.context import current_run
 from loops.contracts import contracts
 from loops.errors import ConfigurationError
 from loops.module import LoopModule
+from loops.person import human, nobody_to_answer
 from loops.runtime import RoleCalls, Run
 from loops.sexp.atoms import atom_predictors
 from loops.sexp.errors import LimitExceeded
 from loops.sexp.evaluator import Env, Limits, out_of_memory
 from loops.sexp.interpreter import Interpreter
-from loops.sexp.loop_forms import ProgramOutcome, program_outcome
+from loops.sexp.loop_forms import ProgramOutcome, asks_a_person, program_outcome
 from loops.sexp.values import to_dsl
 
 __all__ = ["SexpProgram", "compile", "read_program"]
@@ -93,6 +94,11 @@ class SexpProgram(LoopModule):
     def fingerprint(self) -> str:
         """The atoms' prompts and the program's text: a checkpoint of another program does not replay."""
         return f"{super().fingerprint()}:{stable_hash(self.source)}"
+
+    def _check_people_can_answer(self) -> None:
+        """A program whose loop forms ask a person `(human)` needs someone to answer here, or a checkpoint."""
+        if asks_a_person(self._program.nodes) and not human().can_answer():
+            raise nobody_to_answer(["(human) phase of the program"])
 
     def _loop(self, run: Run, bindings: dict[str, Any]) -> RoleCalls:
         run.next_iteration()

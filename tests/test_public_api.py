@@ -9,6 +9,7 @@ from loops.signatures.results import ControllerDecision, StructuredAnalysisResul
 
 def test_the_public_api_is_exactly_what_all_lists():
     assert set(loops.__all__) == {
+        "AnswerError", "AwaitingInput", "Question", "answer", "answering", "human", "pending_question",
         "Budget", "CREATOR_CRITIC", "CallableValidator", "CodeRequest", "CommandNotFoundError", "ConfigurationError",
         "ContractError", "ControllerDecision", "CreatorCriticIterator", "DIRECTOR", "DeadlinePassed", "DecisionError",
         "DirectorExecutorEvaluatorController", "EXECUTE_VALIDATE", "ExecuteValidateController", "LimitReached",

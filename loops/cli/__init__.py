@@ -7,6 +7,8 @@ Exit codes:
 2  a usage or configuration error, in one line on stderr (before any LM call where it can be known);
    for `loops run`, an error in the program, with its position and a caret
 3  the run failed (stop reason "error")
+4  the run waits for a person's answer (stop reason "awaiting_input", a --human role or a (human) phase
+   with nobody at the terminal): `loops runs answer FILE RUN_ID --set ...`, then the same command resumes
 
 `loops batch` says the same of a whole batch: 0 every example succeeded, 1 some did not (or their loop
 raised), 2 a usage or configuration error (at the latest at the first example it fails, with nothing of
@@ -90,7 +92,7 @@ app.command()(patterns.direct)
 app.command("run")(programs.run_program)
 app.command()(programs.repl)
 app.add_typer(runs.app, name="runs", help="The runs a --checkpoint file holds: `loops runs list FILE`, "
-              "`loops runs show FILE RUN_ID`")
+              "`loops runs show FILE RUN_ID`, `loops runs answer FILE RUN_ID --set FIELD=VALUE`")
 app.command("optimize")(datasets.optimize_command)
 app.command("eval")(datasets.eval_command)
 app.command("batch")(datasets.batch_command)

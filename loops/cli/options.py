@@ -29,11 +29,12 @@ from loops.errors import ConfigurationError
 if TYPE_CHECKING:
     import dspy
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS", "EXIT_USAGE", "KINDS",
-           "AdapterName", "ModelChoice", "Policy", "RunOptions", "ShellGrant", "console", "kind_class", "load_program",
-           "name_value_pairs", "with_options"]
+__all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
+           "EXIT_USAGE", "KINDS", "AdapterName", "HumanOption", "ModelChoice", "Policy", "RunOptions", "ShellGrant",
+           "console", "exit_code", "kind_class", "load_program", "name_value_pairs", "people", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
+EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended
 console = Console()
 
@@ -45,6 +46,35 @@ AdapterName = enum.StrEnum("AdapterName", {name: name for name in ADAPTER_NAMES}
 KINDS = {"refine": "loops.creator_critic:CreatorCriticIterator",
          "fix": "loops.execute_validate:ExecuteValidateController",
          "direct": "loops.director:DirectorExecutorEvaluatorController"}
+
+
+def exit_code(stop_reason: str, success: bool) -> int:
+    """The exit code of a run that ended with `stop_reason`: 0 success, 1 no success, 3 the run failed, 4 it
+    waits for a person's answer."""
+    if stop_reason == "error":
+        return EXIT_RUN_FAILED
+    if stop_reason == "awaiting_input":
+        return EXIT_AWAITING_INPUT
+    return EXIT_SUCCESS if success else EXIT_NO_SUCCESS
+
+
+HumanOption = Annotated[list[str] | None, typer.Option(
+    "--human", metavar="ROLE", help="A person answers this role (repeatable), at the terminal; without one "
+    "(stdin not a terminal) the run pauses with exit code 4 until `loops runs answer` (needs --checkpoint)")]
+
+
+def people(kind: str, roles: list[str] | None) -> dict[str, Any]:
+    """The roles of program `kind` that `--human` gives a person (`loops.human()`), by name; an unknown role is a
+    usage error naming the roles there are."""
+    if not roles:
+        return {}
+    from loops.person import human
+
+    known = list(kind_class(kind).contracts)
+    unknown = [role for role in roles if role not in known]
+    if unknown:
+        raise ConfigurationError(f"--human {unknown[0]}: the roles of {kind} are {', '.join(known)}")
+    return {role: human() for role in roles}
 
 
 def kind_class(kind: str) -> type | None:

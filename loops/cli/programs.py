@@ -7,23 +7,23 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.panel import Panel
 
 from loops.budget import Budget
 from loops.cli.options import (
     EXIT_NO_SUCCESS,
-    EXIT_RUN_FAILED,
-    EXIT_SUCCESS,
     EXIT_USAGE,
     ModelChoice,
     RunOptions,
     ShellGrant,
     console,
+    exit_code,
     load_program,
     name_value_pairs,
     with_options,
 )
-from loops.cli.progress import run_with_progress
+from loops.cli.progress import run_with_progress, show_question
 from loops.errors import ConfigurationError
 
 __all__ = ["dsl_value", "repl", "run_program"]
@@ -68,7 +68,7 @@ def run_program(
     Exit codes as for the loops: 1 when a limit stopped the program (its LM budget, or its steps, wall
     clock, recursion depth, size caps or memory, shown with the form's position), 2 for an error in the
     program (shown with its line and a caret; a program that names the shell tool without
-    --allow-shell is one)."""
+    --allow-shell is one), 4 when a (human) phase waits for a person's answer (`loops runs answer`)."""
     from loops.sexp import DslError, LimitExceeded, Limits, compile, to_source
 
     bindings = _bindings(assignments or [])
@@ -116,10 +116,9 @@ def run_program(
 
     console.print(f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
-    if result.stop_reason == "error":
-        raise typer.Exit(EXIT_RUN_FAILED)
-    raise typer.Exit(EXIT_SUCCESS if result.success else EXIT_NO_SUCCESS)
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    show_question(result)
+    raise typer.Exit(exit_code(result.stop_reason, result.success))
 
 
 class _ConsoleLog(logging.Handler):
