@@ -21,7 +21,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# llama-cpp-python compiles from source the first time (about 6-8 minutes on 2 cores); pip caches the wheel.
+# llama-cpp-python compiles from source the first time (about 8-12 minutes on 2 cores); pip caches the wheel.
+# PyPI has no portable CPU wheel of it, and no other wheel that serves as well (README.md, "Why compile").
 # A portable build (AVX2, not -march=native): a native build on a VM whose CPU reports AMX it cannot run
 # dies with SIGILL at the first generation, and a cached wheel may be reused on another machine.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON

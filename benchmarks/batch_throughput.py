@@ -1,29 +1,43 @@
-"""Loops completed per second by `loops.batch`, against a loopback LM server that takes 50 ms per answer.
+"""Loops per second and per CPU-second by `loops.batch`, against a loopback LM server that takes 50 ms per answer,
+with DSPy's own ceiling measured alongside.
 
-The server (a separate process, asyncio, one answer every Creator–Critic role parses) stands in for an
-LM server; each loop is a Creator–Critic–Iterator run of two LM calls (creator, an approving critic), through
-the LM `loops.lm.resolve(model, api_base=...)` makes, as `--api-base` does.
-The ideal is latency-bound: `concurrency / (2 calls x 50 ms)` loops per second. Printed per backend and
-concurrency: loops/s, and its share of the ideal.
+The server (a separate process, asyncio, one answer every Creator–Critic role parses) stands in for an LM
+server; each loop is a Creator–Critic–Iterator run of two LM calls (creator, an approving critic), through the
+LM `loops.lm.resolve(model, api_base=...)` makes, as `--api-base` does. One run prints four figures, each the
+median of `--rounds` rounds (the cases interleaved within a round, so that a busy neighbour slows all alike):
 
-    .venv/bin/python -m benchmarks.batch_throughput                      # asyncio at 16, 64, 256; ray at 16
-    .venv/bin/python -m benchmarks.batch_throughput --backends asyncio --concurrency 256 --loops 2048
-    .venv/bin/python -m benchmarks.batch_throughput --floor    # CPU per call with no server at all
+1. latency-bound, asyncio, 16 loops at once: loops/s against the ideal `16 / (2 calls x 50 ms)`, beside DSPy's
+   own (its bare modules, below, 16 at once);
+2. CPU-bound, asyncio, 256 loops at once: loops per CPU-second of this process against DSPy's ceiling,
+   `1 / (CPU per call of the loop's own DSPy modules, bare: ChainOfThought(CreatorSignature) and
+   Predict(CriticSignature), through acall, 256 at once, same server)`;
+3. latency-bound, Ray, 16 loops over 2 actors: loops/s (start-up excluded, reported apart) against the ideal;
+4. CPU-bound, Ray, 256 loops over 2 actors: loops per CPU-second spent in the actors against (2)'s.
 
-`--floor` measures what no transport can save: CPU microseconds per call of a bare `dspy.Predict`
-(ChatAdapter) and of a Creator–Critic role call, with an LM whose engine returns a fixed answer at once.
+    .venv/bin/python -m benchmarks.batch_throughput              # the four figures, 3 rounds
+    .venv/bin/python -m benchmarks.batch_throughput --rounds 1 --backends asyncio
+    .venv/bin/python -m benchmarks.batch_throughput --floor      # CPU per call with no server at all
+
+The Ray instance is started once, on 127.0.0.1, and shared by the rounds; its start-up and each batch's
+(its actors building the program and the LM) are printed apart. `--floor` measures what no transport can
+save: CPU microseconds per call of a bare `dspy.Predict` and of a loop's role call, with an LM whose engine
+returns a fixed answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import logging
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 CALLS_PER_LOOP = 2
 SERVER = r'''
@@ -55,9 +69,14 @@ async def main():
     await server.serve_forever()
 asyncio.run(main())
 '''
+# (name, backend, loops at once): the four measured batches of a round.
+CASES = (("asyncio, latency-bound", "asyncio", 16), ("asyncio, CPU-bound", "asyncio", 256),
+         ("ray, latency-bound", "ray", 16), ("ray, CPU-bound", "ray", 256))
 
 
-def measure(backend: str, concurrency: int, count: int, api_base: str) -> dict[str, float]:
+def batch(backend: str, concurrency: int, count: int, api_base: str) -> Any:
+    """One `loops.batch.run` of `count` Creator–Critic loops: its summary, and the CPU seconds this process spent
+    (for Ray, the driver's: handing out the examples and writing their records)."""
     import dspy
 
     import loops.batch
@@ -67,10 +86,129 @@ def measure(backend: str, concurrency: int, count: int, api_base: str) -> dict[s
     lm = loops.lm.resolve("openai/loopback", api_base=api_base).copy(cache=False)
     examples = [{"id": n, "requirements": f"note {n}"} for n in range(count)]
     with tempfile.TemporaryDirectory() as folder, dspy.context(lm=lm):
+        driver_cpu = time.process_time()
         summary = loops.batch.run(CreatorCriticIterator(retry=RetryPolicy(backoff_s=0)), examples,
                                   out=Path(folder) / "results.jsonl", backend=backend, concurrency=concurrency,
                                   progress=False)
-    return {"loops_per_s": summary.per_second, "failed": summary.failed, "succeeded": summary.succeeded}
+        driver_cpu = time.process_time() - driver_cpu
+    assert summary.succeeded == count, summary
+    return summary, driver_cpu
+
+
+def bare_modules(api_base: str, concurrency: int, loops_count: int) -> tuple[float, float]:
+    """DSPy's own floor: a loop's worth of calls of its two DSPy modules, bare (no loops runtime), through
+    `acall`, `concurrency` at once, against the same server with the same LM. Loops' worth per second of wall
+    time, and per CPU-second of this process."""
+    import dspy
+
+    import loops.lm
+    from loops.signatures import CreatorSignature, CriticSignature
+
+    lm = loops.lm.resolve("openai/loopback", api_base=api_base).copy(cache=False)
+    creator, critic = dspy.ChainOfThought(CreatorSignature), dspy.Predict(CriticSignature)
+    empty = dspy.History(messages=[])
+
+    async def calls(count: int) -> None:
+        queue = iter(range(count))
+
+        async def slot() -> None:
+            for n in queue:
+                draft = await creator.acall(requirements=f"note {n}", context="", history=empty)
+                await critic.acall(requirements=f"note {n}", draft=draft.draft, history=empty)
+        await asyncio.gather(*(slot() for _ in range(concurrency)))
+
+    with dspy.context(lm=lm):
+        asyncio.run(calls(concurrency))  # warm-up: the session, the adapters' caches
+        started, cpu_started = time.monotonic(), time.process_time()
+        asyncio.run(calls(loops_count))
+        return loops_count / (time.monotonic() - started), loops_count / (time.process_time() - cpu_started)
+
+
+def one_round(api_base: str, loops_count: dict[int, int], backends: list[str]) -> dict[str, float]:
+    """The figures of one round: each case's loops/s (latency-bound) or loops per CPU-second (CPU-bound)."""
+    found = {"dspy, latency-bound": bare_modules(api_base, 16, loops_count[16])[0],
+             "dspy ceiling": bare_modules(api_base, 256, loops_count[256])[1]}
+    for name, backend, concurrency in CASES:
+        if backend not in backends:
+            continue
+        summary, driver_cpu = batch(backend, concurrency, loops_count[concurrency], api_base)
+        if concurrency == 16:
+            found[name] = summary.per_second
+        else:
+            found[name] = summary.finished / summary.cpu_seconds
+        if backend == "ray":
+            found[f"{name} start-up s"] = summary.startup_seconds
+            found[f"{name} driver ms/loop"] = 1000 * driver_cpu / summary.finished
+    return found
+
+
+def report(rounds: list[dict[str, float]], latency: float, ray_start: float | None) -> None:
+    """Each figure's median over the rounds, and the median of its ratio to its reference within each round."""
+    ideal = 16 / (CALLS_PER_LOOP * latency)
+    goals = {"dspy, latency-bound": ("ideal", None), "asyncio, latency-bound": ("ideal", None),
+             "asyncio, CPU-bound": ("DSPy ceiling", "dspy ceiling"),
+             "ray, latency-bound": ("ideal", None), "ray, CPU-bound": ("asyncio, CPU-bound", "asyncio, CPU-bound")}
+    print(f"\nmedians of {len(rounds)} rounds (server latency {latency * 1000:.0f} ms, {CALLS_PER_LOOP} calls per "
+          "loop; goal: each share >= 80 %):")
+    ceiling = statistics.median(found["dspy ceiling"] for found in rounds)
+    print(f"  {'DSPy ceiling (its bare modules, 256 at once)':<46} {ceiling:8.1f} loops/CPU-s")
+    for name, (against, reference) in goals.items():
+        if name not in rounds[0]:
+            continue
+        value = statistics.median(found[name] for found in rounds)
+        base = statistics.median(ideal if reference is None else found[reference] for found in rounds)
+        share = statistics.median(found[name] / (ideal if reference is None else found[reference]) for found in rounds)
+        unit = "loops/s" if "latency" in name else "loops/CPU-s"
+        print(f"  {name:<46} {value:8.1f} {unit:<12} vs {against} {base:.1f}: {share:6.1%}")
+    for name in (name for name in rounds[0] if name.endswith("driver ms/loop")):
+        print(f"  {name:<46} {statistics.median(found[name] for found in rounds):8.2f} ms of the driver's CPU per loop")
+    startups = [found[name] for found in rounds for name in found if name.endswith("start-up s")]
+    if ray_start is not None and startups:
+        print(f"  ray start-up, apart: ray.init {ray_start:.1f} s (once); each batch's actors {min(startups):.1f}-"
+              f"{max(startups):.1f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.batch_throughput",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default="asyncio,ray")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; the figures are their medians (default: 3)")
+    parser.add_argument("--loops", type=int, default=1024, help="loops of a CPU-bound batch (default: 1024; a "
+                        "latency-bound one runs half as many)")
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds per LM answer (default: 0.05)")
+    parser.add_argument("--floor", action="store_true", help="only the CPU per call with no transport")
+    args = parser.parse_args(argv)
+    if args.floor:
+        for name, microseconds in floor().items():
+            print(f"{name:<24} {microseconds:6.0f} us CPU per call  (<= {1e6 / microseconds:,.0f} calls/s per core)")
+        return
+    backends = args.backends.split(",")
+    ray_start = _start_ray() if "ray" in backends else None
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.latency)], stdout=subprocess.PIPE, text=True)
+    try:
+        api_base = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
+        loops_count = {16: max(64, args.loops // 2), 256: args.loops}
+        for backend in backends:  # warm-up: imports, the session, the adapters' caches
+            batch(backend, 16, 64, api_base)
+        rounds = []
+        for number in range(args.rounds):
+            rounds.append(one_round(api_base, loops_count, backends))
+            print(f"round {number + 1}: " + json.dumps({name: round(value, 1) for name, value in rounds[-1].items()}),
+                  flush=True)
+    finally:
+        server.kill()
+    report(rounds, args.latency, ray_start)
+
+
+def _start_ray() -> float:
+    """A local Ray instance on 127.0.0.1 (as loops.batch starts one), shared by every round: its start-up time."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    started = time.monotonic()
+    ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    return time.monotonic() - started
 
 
 class _FixedAnswer:
@@ -94,9 +232,6 @@ class _AsyncFixedAnswer(_FixedAnswer):
 def floor(calls: int = 400, rounds: int = 5) -> dict[str, float]:
     """Median CPU microseconds per call, with no transport: a bare Predict, sync and async, and a loop's role
     call (half the CPU of a two-call Creator–Critic loop)."""
-    import asyncio
-    import statistics
-
     import dspy
 
     from loops import CreatorCriticIterator, RetryPolicy
@@ -137,49 +272,6 @@ def floor(calls: int = 400, rounds: int = 5) -> dict[str, float]:
                 case()
                 found[name].append((time.process_time() - started) / calls * 1e6)
     return {name: statistics.median(values) for name, values in found.items()}
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.batch_throughput",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backends", default="asyncio,ray")
-    parser.add_argument("--concurrency", default="16,64,256")
-    parser.add_argument("--ray-concurrency", default="16", help="concurrencies for the ray backend")
-    parser.add_argument("--loops", type=int, default=None, help="loops per measurement (default: 4 x concurrency, "
-                        "at least 128)")
-    parser.add_argument("--latency", type=float, default=0.05, help="seconds per LM answer (default: 0.05)")
-    parser.add_argument("--floor", action="store_true", help="only the CPU per call with no transport")
-    args = parser.parse_args(argv)
-    if args.floor:
-        for name, microseconds in floor().items():
-            print(f"{name:<24} {microseconds:6.0f} us CPU per call  (<= {1e6 / microseconds:,.0f} calls/s per core)")
-        return
-
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.latency)], stdout=subprocess.PIPE, text=True)
-    try:
-        api_base = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
-        rows = []
-        for backend in args.backends.split(","):
-            levels = args.ray_concurrency if backend == "ray" else args.concurrency
-            if backend == "ray":
-                os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            for concurrency in (int(level) for level in levels.split(",")):
-                count = args.loops or max(128, 4 * concurrency)
-                measure(backend, concurrency, min(count, 2 * concurrency), api_base)  # warm-up: imports, pools
-                started = time.monotonic()
-                found = measure(backend, concurrency, count, api_base)
-                ideal = concurrency / (CALLS_PER_LOOP * args.latency)
-                rows.append({"backend": backend, "concurrency": concurrency, "loops": count,
-                             "loops_per_s": round(found["loops_per_s"], 1), "ideal": round(ideal, 1),
-                             "share_of_ideal": round(found["loops_per_s"] / ideal, 3),
-                             "failed": found["failed"], "seconds": round(time.monotonic() - started, 1)})
-                print(json.dumps(rows[-1]), flush=True)
-    finally:
-        server.kill()
-    print(f"\n{'backend':<8} {'concurrency':>11} {'loops/s':>9} {'ideal':>8} {'share':>7}")
-    for row in rows:
-        print(f"{row['backend']:<8} {row['concurrency']:>11} {row['loops_per_s']:>9} {row['ideal']:>8} "
-              f"{row['share_of_ideal']:>7.1%}")
 
 
 if __name__ == "__main__":

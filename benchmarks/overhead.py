@@ -10,7 +10,11 @@ wall-clock blocks cannot tell 1.05 from 1.10 on a shared 2-core machine.
 
 - fresh: a new module (and new minimal predictors) for every batch of runs;
 - aged: the same instances after `--age` runs each;
-- concurrent: `--concurrent` simultaneous `acall`s against an LM that answers after 50 ms.
+- concurrent: `--concurrent` simultaneous `acall`s against an LM that answers after 50 ms;
+- fresh, unaware: as fresh, on an engine that does not ask the run before each request itself
+  (`loops.context.RUN_AWARE`; DSPy's own engines, a hosted model's): the runtime asks for it through a DSPy
+  callback, whose machinery runs on every call DSPy decorates, and bounds each call by the deadline on a
+  worker thread. The other lines use a run-aware engine, as loops' embedded and server engines are.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import dspy  # noqa: E402
 from dspy.lm15 import Message, Response, TextPart, Usage  # noqa: E402
 
 from loops import CreatorCriticIterator  # noqa: E402
+from loops.context import before_request  # noqa: E402
 from loops.signatures import CreatorSignature, CriticSignature, IteratorSignature  # noqa: E402
 
 LATENCY_S = 0.05
@@ -56,10 +61,13 @@ def _response(request: Any) -> Response:
 
 
 class ScriptedEngine:
-    def __init__(self, latency_s: float = 0.0):
+    def __init__(self, latency_s: float = 0.0, run_aware: bool = True):
         self.latency_s = latency_s
+        self.loops_run_aware = run_aware
 
     def complete(self, request: Any) -> Response:
+        if self.loops_run_aware:
+            before_request()
         return _response(request)
 
     def __deepcopy__(self, memo: dict) -> ScriptedEngine:
@@ -68,15 +76,17 @@ class ScriptedEngine:
 
 class AsyncScriptedEngine(ScriptedEngine):
     async def complete(self, request: Any) -> Response:
+        if self.loops_run_aware:
+            before_request()
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         return _response(request)
 
 
-def scripted_lm(latency_s: float = 0.0) -> dspy.LM:
-    engine = ScriptedEngine(latency_s)
-    return dspy.LM("scripted/bench", engine=engine, async_engine=AsyncScriptedEngine(latency_s), cache=False,
-                   num_retries=0)
+def scripted_lm(latency_s: float = 0.0, run_aware: bool = True) -> dspy.LM:
+    engine = ScriptedEngine(latency_s, run_aware)
+    return dspy.LM("scripted/bench", engine=engine, async_engine=AsyncScriptedEngine(latency_s, run_aware),
+                   cache=False, num_retries=0)
 
 
 class MinimalLoop:
@@ -207,6 +217,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"fresh:      {fresh(args.rounds, args.runs):.3f}x a minimal loop (CPU time, median of {args.rounds} "
               f"interleaved rounds of {args.runs} runs)")
         print(f"aged:       {aged(args.rounds, args.runs, args.age):.3f}x after {args.age} runs on the same instances")
+    with dspy.context(lm=scripted_lm(run_aware=False), adapter=dspy.ChatAdapter()):
+        print(f"fresh, unaware: {fresh(args.rounds, args.runs):.3f}x on an engine that does not ask the run itself")
     with dspy.context(adapter=dspy.ChatAdapter()):
         print(f"concurrent: {concurrent(max(3, args.rounds // 3), args.concurrent):.3f}x with {args.concurrent} "
               f"concurrent acalls on a {LATENCY_S * 1000:.0f} ms LM")

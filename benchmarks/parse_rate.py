@@ -97,13 +97,14 @@ def _wait_until_serving(server: subprocess.Popen, base_url: str, output, startup
     raise RuntimeError(f"llama_cpp.server did not answer at {base_url}/models within {startup_s:.0f}s")
 
 
-def first_try_calls(lm: dspy.BaseLM, requirements: list[str], max_iterations: int) -> tuple[int, int]:
-    """(role calls that parsed on the first try, role calls) over one loop per requirement."""
-    first_try = total = 0
+def first_try_calls(lm: dspy.BaseLM, requirements: list[str], max_iterations: int) -> tuple[int, int, int]:
+    """(role calls that parsed on the first try, role calls, LM requests) over one loop per requirement."""
+    first_try = total = requests = 0
     loop = CreatorCriticIterator(max_iterations=max_iterations)
     with dspy.context(lm=lm):
         for requirement in requirements:
             result = loop(requirements=requirement, timeout_s=None)
+            requests += result.lm_calls
             for step in result.trace:
                 total += 1
                 first_try += step.attempts == 1 and step.error is None
@@ -111,7 +112,7 @@ def first_try_calls(lm: dspy.BaseLM, requirements: list[str], max_iterations: in
                   f"first try {sum(s.attempts == 1 and s.error is None for s in result.trace)}  "
                   f"tokens out {[(s.tokens or {}).get('output') for s in result.trace]}  "
                   f"seconds {[round(s.seconds, 1) for s in result.trace]}", flush=True)
-    return first_try, total
+    return first_try, total, requests
 
 
 def main() -> None:
@@ -119,28 +120,38 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=len(REQUIREMENTS), help="loops per side (one per requirement)")
     parser.add_argument("--max-iterations", type=int, default=2)
     parser.add_argument("--adapter", choices=sorted(ADAPTERS), default="compact")
+    parser.add_argument("--server-only", action="store_true", help="skip the in-process side")
+    parser.add_argument("--server-defaults", action="store_true",
+                        help="the server side as `loops --api-base` sends it: the adapter given, the server's own "
+                             "temperature and the remote max_tokens")
     arguments = parser.parse_args()
     requirements = [REQUIREMENTS[i % len(REQUIREMENTS)] for i in range(arguments.runs)]
     settings = {"adapter": arguments.adapter, "temperature": 0.0, "max_tokens": 512}  # the embedded model's own
 
-    print(f"in-process (local, adapter {arguments.adapter}):", flush=True)
-    started = time.monotonic()
-    local = first_try_calls(resolve("local", **settings), requirements, arguments.max_iterations)
-    local_s = time.monotonic() - started
+    sides = []
+    if not arguments.server_only:
+        print(f"in-process (local, adapter {arguments.adapter}):", flush=True)
+        started = time.monotonic()
+        sides.append(("in-process", first_try_calls(resolve("local", **settings), requirements,
+                                                    arguments.max_iterations), time.monotonic() - started))
+    if arguments.server_defaults:
+        settings = {"adapter": arguments.adapter}
     with llama_server() as base_url:
         print(f"through llama-cpp-python's server at {base_url} (openai/{SERVED_MODEL}, adapter {arguments.adapter}):",
               flush=True)
         started = time.monotonic()
         # Uncached like the embedded model: DSPy's cache would answer a rerun without asking the server.
         served_lm = resolve(f"openai/{SERVED_MODEL}", api_base=base_url, **settings).copy(cache=False)
-        served = first_try_calls(served_lm, requirements, arguments.max_iterations)
-        served_s = time.monotonic() - started
+        sides.append(("server", first_try_calls(served_lm, requirements, arguments.max_iterations),
+                      time.monotonic() - started))
 
     print(f"\nrole calls parsed on the first try ({arguments.runs} Creator-Critic-Iterator runs, "
-          f"max_iterations={arguments.max_iterations}, adapter {arguments.adapter}, temperature 0):")
-    for name, (first_try, total), seconds in (("in-process", local, local_s), ("server", served, served_s)):
+          f"max_iterations={arguments.max_iterations}, adapter {arguments.adapter}, "
+          f"{'the server side with the CLI defaults' if arguments.server_defaults else 'temperature 0'}):")
+    for name, (first_try, total, requests), seconds in sides:
         share = first_try / total if total else 0.0
-        print(f"  {name:10}  {first_try:3}/{total:<3}  {share:6.1%}   ({seconds:.0f}s)")
+        print(f"  {name:10}  {first_try:3}/{total:<3}  {share:6.1%}   LM requests {requests} "
+              f"({requests / total if total else 0:.2f} per role call)   ({seconds:.0f}s)")
 
 
 if __name__ == "__main__":

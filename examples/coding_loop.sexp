@@ -7,10 +7,11 @@
 ;; exit code decides success, not the analysis: a model that claims success on failing tests does not
 ;; end the loop.
 ;;
-;; Run it in a directory that holds the tests (here test_greet.py imports greet from greet.py):
+;; Run it in a directory that holds the tests (here test_greet.py imports greet from greet.py), granting
+;; the shell tool the one executable the test command needs:
 ;;
 ;;   loops run examples/coding_loop.sexp --workspace DIR --set goal="Define greet(name) returning 'Hello, NAME!'" \
-;;       --set file=greet.py --set test-command="python -m pytest -q"
+;;       --set file=greet.py --set test-command="python -m pytest -q" --allow-executable python
 ;;
 ;; Inputs: `goal` (what the code must do), `file` (the file the executor writes), `test-command`.
 ;; Its value: ((status "PASSED") (file F) (iterations N)) when the tests pass; at max-iterations, the

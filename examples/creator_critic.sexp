@@ -29,6 +29,6 @@
                   ((not (string-contains? draft (last (string-split product))))
                    (list #f (string-append "say " (last (string-split product)))))
                   (else (list #t "")))))
-  (iterator (lambda (requirements draft verdict iteration)
-              (get-field (user:revise (requirements requirements) (draft draft) (feedback (car (cdr verdict))))
+  (iterator (lambda (requirements draft feedback iteration)
+              (get-field (user:revise (requirements requirements) (draft draft) (feedback feedback))
                          "revised"))))

@@ -16,6 +16,7 @@ from dspy.adapters import ChatAdapter, JSONAdapter, XMLAdapter
 from dspy.adapters.utils import format_field_value
 from dspy.signatures.signature import Signature
 
+from loops.choices import ADAPTER_NAMES
 from loops.errors import ConfigurationError
 
 __all__ = ["ADAPTERS", "ADAPTER_CLASSES", "CompactJSONAdapter", "PlainTextAdapter", "historyless_once", "mixed_in"]
@@ -94,7 +95,7 @@ class CompactJSONAdapter(JSONAdapter):
 
 
 # The adapters a user names (`--adapter`, `resolve(adapter=...)`), one instance each: adapters keep no per-call state.
-ADAPTERS: dict[str, Any] = {"chat": ChatAdapter(), "json": JSONAdapter(), "compact": CompactJSONAdapter()}
+ADAPTERS: dict[str, Any] = dict(zip(ADAPTER_NAMES, (ChatAdapter(), JSONAdapter(), CompactJSONAdapter()), strict=True))
 # The adapter classes a saved program may name as a constructor argument (`loops.saving`).
 ADAPTER_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (PlainTextAdapter, CompactJSONAdapter, ChatAdapter,
                                                                    JSONAdapter, XMLAdapter)}

@@ -4,90 +4,119 @@
 
 - `backend="asyncio"` drives up to `concurrency` loops in this process at once (`program.acall`): the
   loops wait on their LM server, not on each other, so hundreds fit in one process.
-- `backend="ray"` runs each example — its workspace and its test runs — on a Ray worker (an actor per
-  cluster CPU, up to `concurrency`, each keeping the program; `ray.init()` locally, or `address=` of a
-  running cluster), for validators that need more cores than one machine has. Ray is an optional extra
-  (`pip install 'loops[ray]'`).
+- `backend="ray"` spreads the `concurrency` loops over Ray actors, one per cluster CPU (fewer if
+  `concurrency` is smaller): each actor builds the program and its LM once and runs its share of the
+  loops at once on its own event loop, each example in its own workspace, so that a cluster's cores
+  run the validators and the per-call CPU of many drivers. With no `address=`, the batch starts a
+  local Ray instance bound to 127.0.0.1 and shuts it down when it ends; `address=` joins a running
+  cluster. Ray is an optional extra (`pip install 'loops[ray]'`).
 
-One JSON object per example is appended to `out` as soon as it finishes (id, success, stop reason,
-final, iterations, LM calls, tokens, seconds, warnings; `score` with a `metric`), so a batch that was
-interrupted resumes where it stopped: examples already in `out` are skipped. An example that fails —
-its loop raised, its inputs were wrong — is recorded with its `error` and the batch goes on.
+One JSON object per example is appended to `out` as soon as it finishes: its id, its inputs (each cut
+to `INPUT_CHARS` characters), success, stop reason, final, iterations, LM calls, tokens, seconds,
+warnings, and `score` with a `metric`. A batch that was interrupted or killed resumes where it stopped:
+the examples already in `out` are skipped (`retry_failed=True` runs again those recorded as failed),
+and a line of `out` cut short or damaged is skipped with a warning, its example run again. An example
+whose loop raised is recorded with its `error` and the batch goes on; a `ConfigurationError` (a rejected
+key, an unknown model, inputs the program refuses) stops the batch at that example, with nothing
+recorded for it, since it would fail the same way on every run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import socket
+import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dspy
 
 from loops.errors import ConfigurationError, MissingDependencyError
 
-__all__ = ["BACKENDS", "BatchSummary", "arun", "run"]
+__all__ = ["BACKENDS", "INPUT_CHARS", "BatchSummary", "arun", "run"]
 
 BACKENDS = ("asyncio", "ray")
+INPUT_CHARS = 200  # of each input, in a result line: enough to tell the examples apart
+_log = logging.getLogger("loops.batch")
+Record = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class BatchSummary:
-    """What a batch did: examples finished (succeeded or not), failed (raised), skipped (already in
-    `out`), the wall time and loops finished per second."""
+    """What a batch did: examples finished (succeeded or not), failed (their loop raised), skipped
+    (already in `out`; `skipped_unsuccessful` of them recorded without success), the seconds spent running
+    them and, apart, starting up (Ray's instance and actors), the CPU seconds spent running them (this
+    process's for asyncio, the actors' for Ray) and the number of workers (actors) that ran them."""
 
     finished: int
     succeeded: int
     failed: int
     skipped: int
+    skipped_unsuccessful: int
     seconds: float
+    startup_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    workers: int = 1
 
     @property
     def per_second(self) -> float:
+        """Examples done per second of running, start-up excluded."""
         return (self.finished + self.failed) / self.seconds if self.seconds else 0.0
+
+    @property
+    def all_succeeded(self) -> bool:
+        """Whether every example of the batch, run now or before, succeeded."""
+        return self.failed == 0 and self.succeeded == self.finished and self.skipped_unsuccessful == 0
 
 
 def run(program: dspy.Module, examples: Iterable[dspy.Example | dict[str, Any]], *, out: str | os.PathLike[str],
         backend: str = "asyncio", concurrency: int = 16, address: str | None = None,
-        metric: Callable[..., Any] | None = None, progress: bool = True) -> BatchSummary:
+        metric: Callable[..., Any] | None = None, progress: bool = True, retry_failed: bool = False) -> BatchSummary:
     """Run `program` on every example not yet in `out`, `concurrency` at a time, appending one record
     per example to `out` as it finishes. Examples are `dspy.Example`s (their inputs are the program's
-    keyword arguments) or dicts of inputs; an example's id is its `id` or `task_id`, else its position."""
-    batch = _Batch(program, examples, out, backend, concurrency, address, metric, progress)
-    with batch:
-        if backend == "asyncio":
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                asyncio.run(_asyncio_batch(program, batch.pending, concurrency, metric, batch.write))
-            else:
-                raise ConfigurationError("loops.batch.run was called inside a running event loop (a notebook "
-                                         "cell, say): use `await loops.batch.arun(...)` there instead")
-        else:
-            _ray_batch(program, dspy.settings.lm, batch.pending, concurrency, address, metric, batch.write)
+    keyword arguments) or dicts of inputs; an example's id is its `id` or `task_id`, else its position.
+
+    Interrupted (Ctrl-C), it stops at once and raises `KeyboardInterrupt` saying how many examples are
+    done; what finished is in `out`, and the same call resumes from there."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise ConfigurationError("loops.batch.run was called inside a running event loop (a notebook cell, say): "
+                                 "use `await loops.batch.arun(...)` there instead")
+    batch = _Batch(program, examples, out, backend, concurrency, address, metric, progress, retry_failed)
+    try:
+        asyncio.run(batch.drive())
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(batch.interrupted()) from None
     return batch.summary()
 
 
 async def arun(program: dspy.Module, examples: Iterable[dspy.Example | dict[str, Any]], *,
-               out: str | os.PathLike[str], concurrency: int = 16, metric: Callable[..., Any] | None = None,
-               progress: bool = True) -> BatchSummary:
-    """`run` with the asyncio backend, awaited in a running event loop (a notebook, an async service)."""
-    batch = _Batch(program, examples, out, "asyncio", concurrency, None, metric, progress)
-    with batch:
-        await _asyncio_batch(program, batch.pending, concurrency, metric, batch.write)
+               out: str | os.PathLike[str], backend: str = "asyncio", concurrency: int = 16,
+               address: str | None = None, metric: Callable[..., Any] | None = None, progress: bool = True,
+               retry_failed: bool = False) -> BatchSummary:
+    """`run`, awaited in a running event loop (a notebook, an async service)."""
+    batch = _Batch(program, examples, out, backend, concurrency, address, metric, progress, retry_failed)
+    await batch.drive()
     return batch.summary()
 
 
 class _Batch:
-    """One batch's bookkeeping: its checks (before any LM call), the examples left to run, the output
-    file, the counts and the progress bar."""
+    """One batch: its checks (before any LM call), the examples left to run, the output, the counts and
+    the progress bar, and the backend that runs them."""
 
     def __init__(self, program: dspy.Module, examples: Iterable[Any], out: str | os.PathLike[str], backend: str,
-                 concurrency: int, address: str | None, metric: Callable[..., Any] | None, progress: bool):
+                 concurrency: int, address: str | None, metric: Callable[..., Any] | None, progress: bool,
+                 retry_failed: bool):
         if backend not in BACKENDS:
             raise ConfigurationError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -96,120 +125,234 @@ class _Batch:
             raise ConfigurationError("address= is a Ray cluster's address: it needs backend='ray'")
         if dspy.settings.lm is None and any(predictor.lm is None for _, predictor in program.named_predictors()):
             raise ConfigurationError("no LM is configured: call dspy.configure(lm=...) before loops.batch.run")
-        self.path = Path(out)
-        done = _finished_ids(self.path)
-        self.pending = [(key, inputs) for key, inputs in _items(examples) if key not in done]
-        self.skipped = len(done)
+        self.program, self.backend, self.concurrency, self.address, self.metric = (
+            program, backend, concurrency, address, metric)
+        self.lm = dspy.settings.lm
+        items = list(_items(examples))
+        self.out = _Output(Path(out), retry_failed)
+        self.pending = [(key, inputs) for key, inputs in items if key not in self.out.results]
+        self.skipped = len(items) - len(self.pending)
+        self.skipped_unsuccessful = sum(not self.out.results[key] for key, _ in items if key in self.out.results)
         self.counts = {"finished": 0, "succeeded": 0, "failed": 0}
         self.progress = _Progress(progress, len(self.pending))
+        self.seconds = self.startup_seconds = self.cpu_seconds = 0.0
+        self.workers = 1
 
-    def __enter__(self) -> _Batch:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        cut_short = self.path.exists() and self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n")
-        self.handle = self.path.open("a", encoding="utf-8")
-        if cut_short:  # the last line of a killed batch: end it, so the next record starts a line of its own
-            self.handle.write("\n")
-        self.started = time.monotonic()
-        self.progress.__enter__()
-        return self
+    async def drive(self) -> None:
+        started = time.monotonic()
+        try:
+            with self.progress:
+                if not self.pending:
+                    pass
+                elif self.backend == "asyncio":
+                    self.progress.running()
+                    cpu_started = time.process_time()
+                    await _in_slots(self.pending, self.concurrency, self._run_here, self.write)
+                    self.cpu_seconds = time.process_time() - cpu_started
+                else:
+                    await self._run_on_ray()
+        finally:
+            self.out.close()
+            self.seconds = time.monotonic() - started - self.startup_seconds
 
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.__exit__(*exc)
-        self.handle.close()
-        self.seconds = time.monotonic() - self.started
+    async def _run_here(self, slot: int, key: str, inputs: dict[str, Any]) -> Record:
+        return await _run_example(self.program, key, inputs, self.metric)
 
-    def write(self, record: dict[str, Any]) -> None:
-        self.handle.write(json.dumps(record, default=str) + "\n")
-        self.handle.flush()
-        if record.get("stop_reason") is None:
-            self.counts["failed"] += 1
-        else:
-            self.counts["finished"] += 1
-            self.counts["succeeded"] += bool(record.get("success"))
-        self.progress.advance(time.monotonic() - self.started)
+    async def _run_on_ray(self) -> None:
+        started = time.monotonic()
+        ray = _import_ray(self.address)
+        started_here = not ray.is_initialized()
+        if started_here:
+            _start_ray(ray, self.address)
+        actors = None
+        try:
+            actors = _Actors(ray, (self.program, _portable(self.lm), self.metric), self.concurrency, len(self.pending))
+            cpu_before = await actors.cpu_seconds()  # once each actor has built its program and LM
+            self.startup_seconds, self.workers = time.monotonic() - started, len(actors.actors)
+            self.progress.running()
+            await _in_slots(self.pending, len(actors.owners), actors.run_one, self.write)
+            cpu_after = await actors.cpu_seconds()
+            self.cpu_seconds = sum(after - before for before, after in zip(cpu_before, cpu_after, strict=True))
+        finally:
+            if actors is not None:
+                actors.stop()
+            if started_here:
+                ray.shutdown()
+
+    def write(self, record: Record) -> None:
+        self.out.append(record)
+        failed = "error" in record
+        self.counts["failed" if failed else "finished"] += 1
+        self.counts["succeeded"] += bool(record.get("success"))
+        self.progress.advance(bool(record.get("success")))
 
     def summary(self) -> BatchSummary:
-        return BatchSummary(skipped=self.skipped, seconds=self.seconds, **self.counts)
+        return BatchSummary(skipped=self.skipped, skipped_unsuccessful=self.skipped_unsuccessful,
+                            seconds=self.seconds, startup_seconds=self.startup_seconds,
+                            cpu_seconds=self.cpu_seconds, workers=self.workers, **self.counts)
+
+    def interrupted(self) -> str:
+        done = self.skipped + self.counts["finished"] + self.counts["failed"]
+        total = self.skipped + len(self.pending)
+        return (f"interrupted: {done} of {total} examples are done, in {self.out.path}; the same batch run again "
+                "resumes from there")
 
 
-# --- the backends ----------------------------------------------------------------------------------------
+# --- running: slots that take the next example, and the one path that runs an example -----------------------
 
 
-async def _asyncio_batch(program: dspy.Module, pending: list[tuple[str, dict[str, Any]]], concurrency: int,
-                         metric: Callable[..., Any] | None, write: Callable[[dict[str, Any]], None]) -> None:
+async def _in_slots(pending: list[tuple[str, dict[str, Any]]], concurrency: int,
+                    run_one: Callable[[int, str, dict[str, Any]], Awaitable[Record]],
+                    write: Callable[[Record], None]) -> None:
+    """Run the pending examples in `concurrency` slots, each taking the next example when its last one is
+    recorded. A `ConfigurationError` stops them all, naming the example; so does a cancellation (Ctrl-C)."""
     queue = iter(pending)
 
-    async def worker() -> None:
-        for key, inputs in queue:  # one shared iterator: each worker takes the next example
-            started = time.monotonic()
+    async def slot(number: int) -> None:
+        for key, inputs in queue:  # one shared iterator: each slot takes the next example
             try:
-                prediction = await program.acall(**inputs)
-            except Exception as exc:  # recorded, never fatal: the batch goes on
-                write(_failure(key, exc, time.monotonic() - started))
-                continue
-            write(_record(key, inputs, prediction, time.monotonic() - started, metric))
+                record = await run_one(number, key, inputs)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"example {key!r}: {exc} (the batch stopped there; what is recorded "
+                                         "stays done)") from exc
+            write(record)
 
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(pending)) or 1)))
+    tasks = [asyncio.create_task(slot(number)) for number in range(min(concurrency, len(pending)))]
+    if not tasks:
+        return
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _ray_batch(program: dspy.Module, lm: Any, pending: list[tuple[str, dict[str, Any]]], concurrency: int,
-               address: str | None, metric: Callable[..., Any] | None,
-               write: Callable[[dict[str, Any]], None]) -> None:
+async def _run_example(program: dspy.Module, key: str, inputs: dict[str, Any],
+                       metric: Callable[..., Any] | None) -> Record:
+    """One example, on either backend: its record, or its failure's; a `ConfigurationError` propagates."""
+    started = time.monotonic()
+    try:
+        prediction = await program.acall(**inputs)
+    except ConfigurationError:
+        raise
+    except Exception as exc:  # recorded, never fatal: the batch goes on
+        return _failure(key, inputs, exc, time.monotonic() - started)
+    return _record(key, inputs, prediction, time.monotonic() - started, metric)
+
+
+# --- Ray: a local instance on loopback, or a running cluster; async actors ------------------------------------
+
+
+def _import_ray(address: str | None) -> Any:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network but the cluster's own
+    if _on_loopback(address) and "ray" not in sys.modules:
+        # Ray advertises (and its servers listen on) the machine's network address unless it is told it is one
+        # machine alone; it reads this when imported. Then its node is 127.0.0.1 and every server binds there.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray
     except ImportError:
         raise MissingDependencyError("the ray backend needs Ray, which is not installed. Fix: pip install "
                                      "'loops[ray]'") from None
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network but the cluster's own
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    # Actors that keep the program and the LM: a task per example would ship and unpickle them every time.
-    worker_class = ray.remote(num_cpus=1)(_Worker)
-    shared = ray.put((program, _portable(lm), metric))
-    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    idle = [worker_class.remote(shared) for _ in range(min(concurrency, cpus, len(pending)))]
-    in_flight: dict[Any, tuple[str, Any]] = {}
-    queue = iter(pending)
-    while True:
-        while idle:
-            taken = _take(queue, 1)
-            if not taken:
-                break
-            actor = idle.pop()
-            key, inputs = taken[0]
-            in_flight[actor.run.remote(key, inputs)] = (key, actor)
-        if not in_flight:
-            break
-        ready, _ = ray.wait(list(in_flight), num_returns=1)
-        key, actor = in_flight.pop(ready[0])
+    return ray
+
+
+def _on_loopback(address: str | None) -> bool:
+    if address in (None, "local"):
+        return True
+    host = urlsplit(address if "://" in address else f"//{address}").hostname or ""
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
+def _start_ray(ray: Any, address: str | None) -> None:
+    if address not in (None, "local", "auto"):
+        _check_answers(address)
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    except ConnectionError as exc:
+        raise ConfigurationError(f"no Ray cluster answers at address {address!r}: {exc} Start one with `ray start "
+                                 "--head` (docs/scale.md), or leave the address out for a local instance") from None
+    node = ray.util.get_node_ip_address()
+    if address is None and node != "127.0.0.1":
+        _log.warning("the local Ray instance listens on %s, not only on 127.0.0.1: Ray was imported before "
+                     "loops.batch could keep it on loopback. Set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before "
+                     "importing ray to keep it on this machine.", node)
+
+
+def _check_answers(address: str) -> None:
+    """A mistyped address fails now, in a line: Ray itself would retry it for minutes, warning all along."""
+    parts = urlsplit(address if "://" in address else f"//{address}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None:
+        raise ConfigurationError(f"address {address!r} is not a Ray cluster's host:port (e.g. 10.0.0.5:6379, or "
+                                 "ray://10.0.0.5:10001)")
+    try:
+        socket.create_connection((parts.hostname, port), timeout=5).close()
+    except OSError as exc:
+        raise ConfigurationError(f"no Ray cluster answers at address {address!r} ({exc.strerror or exc}): start one "
+                                 "with `ray start --head` (docs/scale.md), or leave the address out for a local "
+                                 "instance") from None
+
+
+class _Actors:
+    """The batch's Ray actors: one per CPU of the cluster (fewer if `concurrency` is smaller), each
+    running its share of the loops at once on its event loop (its max_concurrency), the shares adding up to
+    `concurrency`. Twice as many examples are handed out as run (`owners`: each slot's actor): the other half
+    waits in the actors, so that an actor starts its next loop the moment one ends, not a round trip later."""
+
+    def __init__(self, ray: Any, shared: tuple[Any, Any, Any], concurrency: int, pending: int):
+        count = max(1, min(concurrency, int(ray.cluster_resources().get("CPU", 1)), pending))
+        self.ray, self.shares = ray, [concurrency // count + (number < concurrency % count) for number in range(count)]
+        self.worker, self.shared = ray.remote(num_cpus=1)(_Worker), ray.put(shared)
+        self.actors = [self._new(number) for number in range(count)]
+        self.owners = [number for number, share in enumerate(self.shares) for _ in range(2 * share)]
+
+    def _new(self, number: int) -> Any:
+        return self.worker.options(max_concurrency=self.shares[number]).remote(self.shared)
+
+    async def cpu_seconds(self) -> list[float]:
+        return await asyncio.gather(*(actor.cpu_seconds.remote() for actor in self.actors))
+
+    async def run_one(self, slot: int, key: str, inputs: dict[str, Any]) -> Record:
+        number = self.owners[slot]
+        actor = self.actors[number]
         try:
-            write(ray.get(ready[0]))
-        except Exception as exc:  # the worker itself died: this example's failure only, and a new worker
-            write(_failure(key, exc, 0.0))
-            actor = worker_class.remote(shared)
-        idle.append(actor)
+            return await actor.run.remote(key, inputs)
+        except self.ray.exceptions.RayActorError as exc:  # the actor died: this example's failure, and a new actor
+            if self.actors[number] is actor:
+                self.actors[number] = self._new(number)
+            return _failure(key, inputs, exc, 0.0)
+        except self.ray.exceptions.RayTaskError as exc:  # _run_example records all but a ConfigurationError
+            cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+            if isinstance(cause, ConfigurationError):
+                raise ConfigurationError(str(cause)) from None
+            return _failure(key, inputs, cause, 0.0)
+
+    def stop(self) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor)
 
 
 class _Worker:
-    """A Ray actor: one example at a time, each in its own workspace, with the program and LM it keeps."""
+    """A Ray actor: many examples at once on its event loop, each in its own workspace, with the program
+    and the LM it built once."""
 
     def __init__(self, shared: tuple[Any, Any, Any]):
-        self.shared = shared
+        self.program, lm, self.metric = shared
+        self.lm = _rebuilt(lm)
 
-    def run(self, key: str, inputs: dict[str, Any]) -> dict[str, Any]:
-        return _run_on_worker(self.shared, key, inputs)
+    async def run(self, key: str, inputs: dict[str, Any]) -> Record:
+        with dspy.context(lm=self.lm):
+            return await _run_example(self.program, key, inputs, self.metric)
 
-
-def _run_on_worker(shared: tuple[Any, Any, Any], key: str, inputs: dict[str, Any]) -> dict[str, Any]:
-    """One example on a Ray worker: the program, in its own workspace, with the LM rebuilt there."""
-    program, lm, metric = shared
-    started = time.monotonic()
-    try:
-        with dspy.context(lm=_rebuilt(lm)):
-            prediction = program(**inputs)
-    except Exception as exc:
-        return _failure(key, exc, time.monotonic() - started)
-    return _record(key, inputs, prediction, time.monotonic() - started, metric)
+    async def cpu_seconds(self) -> float:
+        return time.process_time()
 
 
 def _portable(lm: Any) -> Any:
@@ -227,7 +370,7 @@ def _rebuilt(lm: Any) -> Any:
     return lm
 
 
-# --- records -----------------------------------------------------------------------------------------------
+# --- examples and records --------------------------------------------------------------------------------------
 
 
 def _items(examples: Iterable[dspy.Example | dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -251,25 +394,14 @@ def _items(examples: Iterable[dspy.Example | dict[str, Any]]) -> Iterator[tuple[
         yield key, inputs
 
 
-def _finished_ids(path: Path) -> set[str]:
-    if not path.exists():
-        return set()
-    done = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            done.add(str(json.loads(line)["id"]))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue  # a line cut short when the batch was killed: that example runs again
-    return done
-
-
 def _record(key: str, inputs: dict[str, Any], prediction: Any, seconds: float,
-            metric: Callable[..., Any] | None) -> dict[str, Any]:
+            metric: Callable[..., Any] | None) -> Record:
     final = prediction.get("final")
-    record = {"id": key, "success": bool(prediction.get("success")), "stop_reason": prediction.get("stop_reason"),
-              "final": _jsonable(getattr(final, "content", final)), "iterations": prediction.get("iterations"),
-              "lm_calls": prediction.get("lm_calls"), "tokens": prediction.get("tokens"),
-              "seconds": round(seconds, 3), "warnings": list(prediction.get("warnings") or [])}
+    record = {"id": key, "inputs": _short(inputs), "success": bool(prediction.get("success")),
+              "stop_reason": prediction.get("stop_reason"), "final": _jsonable(getattr(final, "content", final)),
+              "iterations": prediction.get("iterations"), "lm_calls": prediction.get("lm_calls"),
+              "tokens": prediction.get("tokens"), "seconds": round(seconds, 3),
+              "warnings": list(prediction.get("warnings") or [])}
     if metric is not None:
         example = dspy.Example(**inputs).with_inputs(*inputs)
         try:
@@ -279,8 +411,18 @@ def _record(key: str, inputs: dict[str, Any], prediction: Any, seconds: float,
     return record
 
 
-def _failure(key: str, exc: BaseException, seconds: float) -> dict[str, Any]:
-    return {"id": key, "error": f"{type(exc).__name__}: {exc}", "stop_reason": None, "seconds": round(seconds, 3)}
+def _failure(key: str, inputs: dict[str, Any], exc: BaseException, seconds: float) -> Record:
+    return {"id": key, "inputs": _short(inputs), "success": False, "stop_reason": None,
+            "error": f"{type(exc).__name__}: {exc}", "seconds": round(seconds, 3)}
+
+
+def _short(inputs: dict[str, Any]) -> dict[str, str]:
+    """Each input as text of at most INPUT_CHARS characters (and an ellipsis where it was cut)."""
+    shown = {}
+    for name, value in inputs.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        shown[name] = text if len(text) <= INPUT_CHARS else text[:INPUT_CHARS] + "…"
+    return shown
 
 
 def _jsonable(value: Any) -> Any:
@@ -291,35 +433,113 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-def _take(iterator: Iterator[Any], count: int) -> list[Any]:
-    taken = []
-    for item in iterator:
-        taken.append(item)
-        if len(taken) == count:
-            break
-    return taken
+class _Output:
+    """The results file: what it holds, read once (`results`: id -> success, None for a failure), then
+    appended to. Every problem with the file is found here, before any LM call."""
+
+    def __init__(self, path: Path, retry_failed: bool):
+        self.path = path
+        if path.is_dir():
+            raise ConfigurationError(f"out {str(path)!r} is a directory: give a file, to which results are appended "
+                                     "as JSON lines")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = path.read_bytes() if path.is_file() else b""  # not a device's endless bytes
+            self.handle = path.open("ab")
+        except OSError as exc:
+            raise ConfigurationError(f"cannot use out {str(path)!r}: {exc.strerror or exc}; give a file you can "
+                                     "read and write") from None
+        self.results: dict[str, bool | None] = {}
+        self._take_stock(data, retry_failed)
+
+    def _take_stock(self, data: bytes, retry_failed: bool) -> None:
+        """Read the records `data` holds; warn of the lines that are none; leave the file ready to append to."""
+        lines = data.split(b"\n")
+        last = lines.pop()  # b"" when the file ends a line; else a record that lost its newline, or was cut short
+        damaged = [number for number, line in enumerate(lines, 1) if line.strip() and not self._read(line)]
+        if damaged:
+            numbers = ", ".join(map(str, damaged[:10])) + (", ..." if len(damaged) > 10 else "")
+            _log.warning("%s: %s not a result record (damaged?): skipped, and %s again", self.path,
+                         *(("line " + numbers + " is", "its example runs") if len(damaged) == 1 else
+                           ("lines " + numbers + " are", "their examples run")))
+        whole = bool(last) and self._read(last)
+        if last.strip() and not whole:
+            _log.warning("%s: its last line was cut short (the batch was killed while writing it): removed, and its "
+                         "example runs again", self.path)
+        failed = {key for key, success in self.results.items() if success is None} if retry_failed else set()
+        if failed:  # one line per example: the failures' lines go, in one replace of the file
+            kept = [line + b"\n" for line in [*lines, *([last] if whole else [])] if _record_id(line) not in failed]
+            self._replace(b"".join(kept))
+            for key in failed:
+                del self.results[key]
+        elif whole:
+            self.handle.write(b"\n")
+        elif last:
+            self.handle.truncate(len(data) - len(last))
+
+    def _read(self, line: bytes) -> bool:
+        record = _parsed(line)
+        if record is not None:
+            self.results[str(record["id"])] = None if "error" in record else bool(record.get("success"))
+        return record is not None
+
+    def _replace(self, content: bytes) -> None:
+        self.handle.close()
+        temporary = self.path.with_name(self.path.name + ".retrying")
+        temporary.write_bytes(content)
+        os.replace(temporary, self.path)
+        self.handle = self.path.open("ab")
+
+    def append(self, record: Record) -> None:
+        self.handle.write(json.dumps(record, default=str).encode() + b"\n")
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def _parsed(line: bytes) -> Record | None:
+    """A line of `out` as its record; None for a line that is not one (cut short, damaged)."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError included
+        return None
+    return record if isinstance(record, dict) and "id" in record else None
+
+
+def _record_id(line: bytes) -> str | None:
+    record = _parsed(line)
+    return None if record is None else str(record["id"])
 
 
 class _Progress:
-    """A progress bar with loops finished per second (rich), or nothing."""
+    """A progress bar with the share of examples that succeeded and loops finished per second (rich), or nothing."""
 
     def __init__(self, enabled: bool, total: int):
-        self.enabled, self.total, self.count, self.bar, self.task = enabled, total, 0, None, None
+        self.enabled, self.total, self.count, self.succeeded, self.bar, self.task = enabled, total, 0, 0, None, None
 
     def __enter__(self) -> _Progress:
-        if self.enabled:
+        return self
+
+    def running(self) -> None:
+        """Loops start running now (start-up is over): the bar shows from here, and the rate counts from here."""
+        self.started = time.monotonic()
+        if self.enabled and self.bar is None:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.bar = Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[succeeded]} succeeded"),
                                 TextColumn("{task.fields[rate]} loops/s"), TimeElapsedColumn())
             self.bar.__enter__()
-            self.task = self.bar.add_task("batch", total=self.total, rate="-")
-        return self
+            self.task = self.bar.add_task("batch", total=self.total, succeeded="-", rate="-")
 
-    def advance(self, elapsed: float) -> None:
+    def advance(self, succeeded: bool) -> None:
         self.count += 1
+        self.succeeded += succeeded
         if self.bar is not None:
-            self.bar.update(self.task, advance=1, rate=f"{self.count / elapsed:.1f}" if elapsed else "-")
+            elapsed = time.monotonic() - self.started
+            self.bar.update(self.task, advance=1, succeeded=f"{self.succeeded / self.count:.0%}",
+                            rate=f"{self.count / elapsed:.1f}" if elapsed else "-")
 
     def __exit__(self, *exc: Any) -> None:
         if self.bar is not None:

@@ -74,9 +74,10 @@ class RetryPolicy:
     """How a failing role call is tried again before the loop gives up on it.
 
     Transient LM failures (rate limits, time-outs, dropped connections, server errors) are retried
-    with exponential backoff; an answer that cannot be parsed is asked again `parse_retries` times
-    with a little temperature, since asking a deterministic model the same question gives the same
-    unparseable answer. `max_backoff_s` may be `math.inf` (no cap; the run's timeout still cuts it).
+    with exponential backoff, or after the wait the server asks for (Retry-After) when that is longer;
+    an answer that cannot be parsed is asked again `parse_retries` times with a little temperature,
+    since asking a deterministic model the same question gives the same unparseable answer.
+    `max_backoff_s` may be `math.inf` (no cap; the run's timeout still cuts it).
     """
 
     attempts: int = 3
@@ -95,10 +96,15 @@ class RetryPolicy:
         _require(self, "parse_retry_temperature", "a finite number >= 0",
                  _is_finite(self.parse_retry_temperature) and self.parse_retry_temperature >= 0)
 
-    def delay_s(self, failed_attempts: int) -> float:
-        """Seconds to wait after the given number of failed attempts."""
+    def delay_s(self, failed_attempts: int, retry_after: float | None = None) -> float:
+        """Seconds to wait after the given number of failed attempts: the backoff, or what the server asked
+        for (`retry_after`, from its Retry-After header) when that is longer. `max_backoff_s` caps the
+        backoff only: a server is never asked again sooner than it said; the run's timeout still cuts it."""
         # The exponent is clamped so that a policy with thousands of attempts cannot overflow a float.
-        return min(self.backoff_s * 2 ** min(failed_attempts - 1, 64), self.max_backoff_s)
+        backoff = min(self.backoff_s * 2 ** min(failed_attempts - 1, 64), self.max_backoff_s)
+        if _is_finite(retry_after) and retry_after > backoff:
+            return float(retry_after)
+        return backoff
 
 
 def _is_int(value: object) -> bool:

@@ -7,14 +7,19 @@ its table when it is built; the DSL checks its lambdas against the same tables. 
 value passes to the next phase unchanged; the readers below only say what the *loop* (and the
 built-in phases) need of it: whether a verdict approves, whether a validation or an evaluation
 passed, which files an attempt wrote, what a controller decided.
+
+A phase with no LLM role behind it (the Execute–Validate validator and controller) also says what a
+person answers in its place (`answers`, `ask`; `loops.person`): a person in an LLM role's place answers
+with that role's signature instead.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import dspy
 
@@ -44,11 +49,14 @@ _DECISION_FORMS = ("ControllerDecision, a 2-element list/tuple ('continue' | 'st
 
 @dataclass(frozen=True)
 class PhaseContract:
-    """One role's contract: `role(*params)` returns what `returns` says."""
+    """One role's contract: `role(*params)` returns what `returns` says. `answers` are the fields (name: (type,
+    description)) a person answers with in this phase's place, `ask` what they are asked (`loops.person`)."""
 
     role: str
     params: tuple[str, ...]
     returns: str
+    answers: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
+    ask: str = ""
 
     @property
     def signature(self) -> str:
@@ -58,7 +66,8 @@ class PhaseContract:
         """Raise `ContractError` unless `phase` can be called with this contract's arguments."""
         if not callable(phase):
             raise ContractError(f"the {self.role} phase must be callable as {self.signature}, got {phase!r:.120}")
-        target = phase.forward if isinstance(phase, dspy.Module) else phase
+        # A module's forward, read off its class: DSPy warns of `module.forward` read anywhere but its __call__.
+        target = functools.partial(type(phase).forward, phase) if isinstance(phase, dspy.Module) else phase
         try:
             parameters = inspect.signature(target)
         except (TypeError, ValueError):
@@ -73,8 +82,9 @@ class PhaseContract:
             ) from None
 
 
-def contracts(**roles: tuple[tuple[str, ...], str]) -> Mapping[str, PhaseContract]:
-    return {role: PhaseContract(role, params, returns) for role, (params, returns) in roles.items()}
+def contracts(**roles: tuple[Any, ...]) -> Mapping[str, PhaseContract]:
+    """Contracts by role: each `(params, returns)`, or `(params, returns, answers, ask)`."""
+    return {role: PhaseContract(role, *fields) for role, fields in roles.items()}
 
 
 CREATOR_CRITIC = contracts(
@@ -89,8 +99,15 @@ EXECUTE_VALIDATE = contracts(
     executor=(("current_input", "iteration"),
               "the attempt: a TaskResult, or a {path: text} dict of the files to write (what the built-in "
               "validator needs); any other value goes unchanged to a custom validator and controller"),
-    validator=(("test_command", "iteration"), "a ValidationResult, a bool (passed) or an int exit code"),
-    controller=(("executor_result", "validation_result", "current_input", "iteration"), DECISION),
+    validator=(("test_command", "iteration"), "a ValidationResult, a bool (passed) or an int exit code",
+               {"passed": (bool, "True when the attempt does what the task asks")},
+               "You are the VALIDATOR. Check the attempt the executor wrote in the workspace: does it pass?"),
+    controller=(("executor_result", "validation_result", "current_input", "iteration"), DECISION,
+                {"action": (Literal["continue", "stop"], "stop to end the loop with this attempt"),
+                 "next_input": (str, "On continue: what the next attempt must change (empty: the same task "
+                                "again)")},
+                "You are the CONTROLLER. Read the attempt and how it was validated, and decide: stop here, or "
+                "continue with another attempt, saying what it must change."),
 )
 
 DIRECTOR = contracts(
@@ -108,7 +125,10 @@ _PASSING_STATUSES = frozenset({"PASS", "PASSED", "SUCCESS", "COMPLETE", "OK", "T
 
 
 def field_of(value: Any, *names: str) -> Any:
-    """The first of `names` found on a dict or an object (a Prediction, a pydantic model), else None."""
+    """The first of `names` found on a dict, an association list (`(("status", "PASS"), ...)`, a DSL record)
+    or an object (a Prediction, a pydantic model), else None."""
+    if _is_association_list(value):
+        value = dict(value)
     for name in names:
         if isinstance(value, Mapping):
             if name in value:
@@ -116,6 +136,11 @@ def field_of(value: Any, *names: str) -> Any:
         elif hasattr(value, name) and not name.startswith("_"):
             return getattr(value, name)
     return None
+
+
+def _is_association_list(value: Any) -> bool:
+    return isinstance(value, list | tuple) and bool(value) and all(
+        isinstance(entry, list | tuple) and len(entry) == 2 and isinstance(entry[0], str) for entry in value)
 
 
 def outcome_passed(value: Any) -> bool:
@@ -179,7 +204,7 @@ def verdict_approved(verdict: Any) -> bool:
 
 def verdict_feedback(verdict: Any) -> str:
     """A critic's feedback as text, for the built-in iterator."""
-    if isinstance(verdict, tuple | list) and len(verdict) == 2:
+    if isinstance(verdict, tuple | list) and len(verdict) == 2 and not _is_association_list(verdict):
         return str(verdict[1])
     feedback = field_of(verdict, "feedback")
     return "" if feedback is None else str(feedback)

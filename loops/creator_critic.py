@@ -24,6 +24,7 @@ from typing import Any
 
 import dspy
 
+from loops.budget import Budget
 from loops.contracts import CREATOR_CRITIC, verdict_approved, verdict_feedback
 from loops.errors import ConfigurationError
 from loops.junk import is_junk
@@ -110,6 +111,10 @@ class CreatorCriticIterator(LoopModule):
                 return run.finish("max_iterations")
             draft = yield from self._revise(run, requirements, draft, verdict, writing)
 
+    def _roles_that_may_run(self, budget: Budget) -> list[str]:
+        # The iterator revises from the second iteration on.
+        return [role for role in super()._roles_that_may_run(budget) if role != "iterator" or budget.max_iterations > 1]
+
     def _create(self, run: Run, requirements: str, context: str, writing: dict[str, Any]) -> RoleCalls:
         if "creator" in self._builtin:
             written = yield from run.call("creator", **prose_call("creator", self.creator, writing),
@@ -140,8 +145,8 @@ class CreatorCriticIterator(LoopModule):
 
     def _revise(self, run: Run, requirements: str, draft: Any, verdict: Any, writing: dict[str, Any]) -> RoleCalls:
         if "iterator" not in self._builtin:
-            return (yield from run.call_phase("iterator", requirements=requirements, draft=draft, feedback=verdict,
-                                              iteration=run.iteration))
+            return (yield from run.call_phase("iterator", requirements=requirements, draft=draft,
+                                              feedback=_feedback_for_iterator(verdict), iteration=run.iteration))
         revised = yield from run.call("iterator", **prose_call("iterator", self.iterator, writing),
                                       requirements=requirements, draft=str(draft),
                                       feedback=_feedback_for_iterator(verdict))

@@ -49,12 +49,14 @@ def _text(value: Any) -> str:
 class DirectorExecutorEvaluatorController(LoopModule):
     """Plan with a director, carry the plan out, evaluate the result, and let a controller decide.
 
-    The built-in roles are LLMs; the built-in controller is one too, but an evaluator's PASS stops
-    the loop without asking it, and if it fails the loop continues with the evaluator's feedback. The
-    built-in evaluator never passes junk (`loops.junk.is_junk`): that is noted on its step and in the
-    warnings; an empty result fails without asking the LLM. `plain_text=True` has the built-in executor
-    answer with the result itself (no JSON), at most `loops.prose` defaults' `max_tokens`; `examples=True`
-    shows it worked examples (`loops.prose.WORKED_DRAFTS`; an optimized executor's own demos instead). Left
+    The built-in roles are LLMs; the built-in controller is one too. An evaluator's PASS ends the loop:
+    the built-in controller is not asked; a custom controller is (its `("stop", value)` makes `value`
+    the final one), but a `continue` after a PASS is not followed. After a FAIL the controller decides;
+    if the built-in one fails, the loop continues with the evaluator's feedback. The built-in evaluator
+    never passes junk (`loops.junk.is_junk`): that is noted on its step and in the warnings; an empty
+    result fails without asking the LLM. `plain_text=True` has the built-in executor answer with the
+    result itself (no JSON), at most `loops.prose` defaults' `max_tokens`; `examples=True` shows it
+    worked examples (`loops.prose.WORKED_DRAFTS`; an optimized executor's own demos instead). Left
     unset, both follow the executor's model (`loops.prose.prose_defaults`): on for the embedded model.
 
     `final` is the controller's stop value, or the last execution result; `success` whether the last
@@ -117,6 +119,9 @@ class DirectorExecutorEvaluatorController(LoopModule):
             verdict = yield from self._decide(run, goal, feedback, plan, result, iteration)
             if verdict.should_stop:
                 return run.finish("stopped", final=verdict.value)
+            if success:  # a PASS ends the loop, whatever a custom controller would do next
+                run.note("the evaluator passed: the loop stops here, not at the controller's continue")
+                return run.finish("stopped", final=result)
             current = verdict.value
         return run.finish("max_iterations")
 

@@ -21,11 +21,13 @@ from loops.signatures.results import ValidationResult
 __all__ = [
     "dsl_error_html",
     "history_html",
+    "lm_calls_text",
     "result_html",
     "result_text",
     "step_html",
     "step_judgement",
     "step_outcome",
+    "step_role",
 ]
 
 _SHORT = 100  # characters of a value shown in a summary before it is cut
@@ -87,6 +89,18 @@ def step_outcome(step: Any) -> str:
     return "ok"
 
 
+def step_role(step: Any) -> str:
+    """The step's role, marked when a person answered it (`loops.person`)."""
+    return f"{step.role} (a person)" if getattr(step, "human", False) else step.role
+
+
+def lm_calls_text(result: Any) -> str:
+    """A run's LM requests in a few words: those this process sent, and beside them the calls answered from a
+    checkpoint's record (`replayed`) or from DSPy's cache (`cached`), when there were any."""
+    extra = [f"{result.get(name)} {name}" for name in ("replayed", "cached") if result.get(name)]
+    return f"{result.get('lm_calls')}" + (f" (+{', +'.join(extra)})" if extra else "")
+
+
 def _value(step: Any) -> Any:
     """What the step returned: a phase's value (its outputs are {"result": value}), else the role's fields."""
     outputs = step.outputs or {}
@@ -127,7 +141,7 @@ def result_text(result: Any) -> str:
     trace = list(result.get("trace") or ())
     histories = result.get("histories") or {}
     lines = [f"LoopResult(success={result.get('success')!r}, stop_reason={result.get('stop_reason')!r}, "
-             f"iterations={result.get('iterations')}, lm_calls={result.get('lm_calls')}, "
+             f"iterations={result.get('iterations')}, lm_calls={lm_calls_text(result)}, "
              f"tokens={result.get('tokens')},",
              f"    final={_cut(repr(result.get('final')), _SHORT)},"]
     if result.get("warnings"):
@@ -146,7 +160,7 @@ def result_html(result: Any) -> str:
     folded <details> block."""
     summary = [("final", _pre(result.get("final"))), ("success", _escape(result.get("success"))),
                ("stop reason", _escape(result.get("stop_reason"))), ("iterations", _escape(result.get("iterations"))),
-               ("LM calls", _escape(result.get("lm_calls"))), ("tokens", _escape(result.get("tokens")))]
+               ("LM calls", _escape(lm_calls_text(result))), ("tokens", _escape(result.get("tokens")))]
     if result.get("cost_usd"):
         summary.append(("cost", f"${result.get('cost_usd'):.4f}"))
     if result.get("warnings"):
@@ -201,7 +215,7 @@ def _trace_table(trace: Iterable[Any]) -> str:
     for step in trace:
         tokens = f"{step.tokens['input']}/{step.tokens['output']}" if step.tokens else "-"
         note = f" <i>({_escape(_cut(step.note, 80))})</i>" if step.note else ""
-        rows.append(f"<tr><td>{_escape(step.role)}</td><td>{step.iteration}</td><td>{step.seconds:.1f}</td>"
+        rows.append(f"<tr><td>{_escape(step_role(step))}</td><td>{step.iteration}</td><td>{step.seconds:.1f}</td>"
                     f"<td>{tokens}</td><td>{step.attempts}</td><td>{_escape(step_outcome(step))}{note}</td></tr>")
     return f"<table><tr>{header}</tr>{''.join(rows)}</table>"
 

@@ -9,7 +9,12 @@
     │   ├── CommandNotFoundError (FileNotFoundError) a validator's executable does not exist
     │   ├── ContractError (TypeError)        a phase does not fit its contract (arity, what it returns)
     │   ├── DecisionError                    a controller returned something that is not a decision
-    │   └── ReplayDivergence                 a resumed run does not match its checkpoint's record
+    │   ├── ReplayDivergence                 a resumed run does not match its checkpoint's record
+    │   └── AnswerError                      a person's answer does not fit the fields of the role it
+    │                                        answers for (the message names them and their types)
+    ├── AwaitingInput                        a role answered by a person has no one to answer it now: the
+    │                                        run pauses (stop reason "awaiting_input"), its checkpoint
+    │                                        holding the question (`loops.person`)
     ├── RunError (RuntimeError)              a failure during a run
     │   ├── LimitReached                     a budget limit was hit (raised only with strict=True)
     │   │   └── DeadlinePassed (TimeoutError)    an LM call abandoned at the run's deadline; the
@@ -17,6 +22,10 @@
     │   └── RoleFailed                       a role or phase failed for good; the cause is chained
     └── DslError                             an error in a DSL program, at a position: its own branch,
                                              drawn in `loops.sexp.errors`
+
+    RequestRefused (BaseException)           no error of the tree, a carrier: the run's limits refused an
+                                             LM request where DSPy would swallow or wrap an Exception (a
+                                             callback, an engine); the runtime raises its `limit` instead
 
 A developer's mistake always raises. A failure during a run never loses the work: by default the
 loop ends gracefully with the best result so far, a `stop_reason` and `warnings`, and the error on
@@ -33,6 +42,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AnswerError",
+    "AwaitingInput",
     "CommandNotFoundError",
     "ConfigurationError",
     "ContractError",
@@ -42,6 +53,7 @@ __all__ = [
     "LoopsError",
     "MissingDependencyError",
     "ReplayDivergence",
+    "RequestRefused",
     "RoleFailed",
     "RunError",
 ]
@@ -76,6 +88,23 @@ class ReplayDivergence(ConfigurationError):
     """A resumed run does not match its record: another program, other inputs, or calls in another order."""
 
 
+class AnswerError(ConfigurationError):
+    """A person's answer (at the terminal, from an answer function, or `loops runs answer`) does not fit the
+    fields of the role it answers for; the message names every field and its type."""
+
+
+class AwaitingInput(LoopsError):
+    """A role answered by a person has no one to answer it in this process: the run pauses with the stop
+    reason "awaiting_input" (the runtime catches it), and its checkpoint holds `question`. `prediction` is
+    the work so far of a run nested in another (a DSL loop form's), which pauses the enclosing run too."""
+
+    prediction: Any = None
+
+    def __init__(self, question: Any):
+        super().__init__(f"the {question.role} waits for a person's answer")
+        self.question = question
+
+
 class RunError(LoopsError, RuntimeError):
     """A loop run failed. `prediction` holds what the run produced before the failure, if any."""
 
@@ -104,3 +133,14 @@ class RoleFailed(RunError):
     def __init__(self, role: str, message: str):
         super().__init__(message)
         self.role = role
+
+
+class RequestRefused(BaseException):
+    """The run's limits refused an LM request (`loops.context.before_request`), or an engine gave one up at
+    the run's deadline. It is a `BaseException` so that it passes DSPy's handlers untouched: DSPy swallows
+    what a callback raises and wraps what an engine raises, both by catching `Exception`. The runtime
+    raises `limit` (a `LimitReached`) in its place, so nothing outside a run's call ever sees it."""
+
+    def __init__(self, limit: LimitReached):
+        super().__init__(str(limit))
+        self.limit = limit

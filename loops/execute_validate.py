@@ -15,19 +15,19 @@ defaults per model) live in `loops.code`; this module is the pattern.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 import dspy
 
 from loops.adapters import PlainTextAdapter
+from loops.budget import Budget
 from loops.code.controller import attempt_score, code_of
 from loops.code.defaults import POLICIES, Policy, code_loop_defaults
 from loops.code.draws import Draw, draws
-from loops.code.python import align_names, extract_code, failure_digest, read_interface
+from loops.code.python import align_names, extract_code, failure_digest, module_the_tests_import, read_interface
 from loops.code.requests import code_request, next_request
 from loops.contracts import EXECUTE_VALIDATE, as_validation, decision, files_of, outcome_passed
 from loops.errors import ConfigurationError, RoleFailed
@@ -35,11 +35,12 @@ from loops.module import LoopModule
 from loops.runtime import RoleCalls, Run, predictor_of
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
-from loops.validators import ShellValidator, Workspace
+from loops.validators import ShellValidator, Workspace, workspace_path
 
-__all__ = ["ExecuteValidateController"]
+__all__ = ["DEFAULT_TARGET_FILE", "ExecuteValidateController"]
 
 PLAIN_TEXT = PlainTextAdapter()
+DEFAULT_TARGET_FILE = "solution.py"  # where the code goes when neither the caller nor the tests' imports say
 _OUTPUT_TAIL_CHARS = 1500
 ANALYST_MAX_TOKENS = 256  # an analysis and one instruction; a rambling model otherwise fills 512
 
@@ -62,6 +63,7 @@ class _Chains:
 
     plan: tuple[Draw, ...]
     policy: Policy
+    target_file: str = DEFAULT_TARGET_FILE  # where the built-in executor writes, unless an input names another
     tried: dict[str, Any] = field(default_factory=dict)  # the built-in executor's codes validated, and how
     repeated: list[bool] = field(default_factory=list)  # per chain: its last candidate repeated an earlier one
     fresh: list[bool] = field(default_factory=list)  # per chain: whether this iteration's candidate is sampled anew
@@ -86,8 +88,9 @@ class ExecuteValidateController(LoopModule):
     """Execute a task, validate the result by running a test command, and let a controller decide.
 
     The built-in executor is an LLM that writes `target_file` into the run's workspace (a fresh
-    temporary directory per run unless `workspace` is given). Before its first attempt the loop reads
-    the workspace's tests (`test_*.py`, `*_test.py`, the files the test command names) for the names
+    temporary directory per run unless `workspace` is given); left unset, it is the module the tests
+    import (`from mul import mul` -> `mul.py`; `target_for`), else `solution.py`. Before its first attempt
+    the loop reads the workspace's tests (`test_*.py`, `*_test.py`, the files the test command names) for the names
     they import and call, and tells the executor (`read_interface`). The built-in validator runs the
     test command there (its timeout capped to the run's time left); the built-in controller stops
     when the tests pass and otherwise passes the failure digest on, with the analyst LLM's instruction
@@ -140,7 +143,7 @@ class ExecuteValidateController(LoopModule):
         controller: Any = None,
         *,
         workspace: str | Path | Workspace | None = None,
-        target_file: str = "solution.py",
+        target_file: str | None = None,
         policy: Policy | None = None,
         samples: int | None = None,
         examples: bool | None = None,
@@ -164,8 +167,9 @@ class ExecuteValidateController(LoopModule):
         if analyst and controller is not None:
             raise ConfigurationError("analyst=True is the built-in controller's option; a custom controller "
                                      "was given, so no analyst would run: drop one of them")
-        if not isinstance(target_file, str) or not target_file.strip():
-            raise ConfigurationError(f"target_file must be a relative path, got {target_file!r}")
+        if target_file is not None and (not isinstance(target_file, str) or not target_file.strip()):
+            raise ConfigurationError(f"target_file must be a relative path (or None: the module the tests import), "
+                                     f"got {target_file!r}")
         self.policy = policy
         self.samples = samples
         self.examples = examples
@@ -202,8 +206,9 @@ class ExecuteValidateController(LoopModule):
         started now would have: the explicit choices, else `loops.code.code_loop_defaults` of the model
         each role runs on."""
         defaults = code_loop_defaults(self._lm_of("executor"))
-        analyst = "analyst" in self._llm_roles and (self._analyst if self._analyst is not None
-                                                    else code_loop_defaults(self._lm_of("analyst")).analyst)
+        analyst_lm = self._lm_of("analyst")
+        analyst = "analyst" in self._llm_roles and (self._analyst if self._analyst is not None else (
+            analyst_lm is not None and code_loop_defaults(analyst_lm).analyst))  # no LM at all: no analyst
         if self.draws is not None:
             return {"policy": self.policy or defaults.policy, "samples": len(self.draws),
                     "examples": any(draw.examples for draw in self.draws),
@@ -234,6 +239,11 @@ class ExecuteValidateController(LoopModule):
         program._arguments = {**arguments, "draws": chosen}
         return program
 
+    def _roles_that_may_run(self, budget: Budget) -> list[str]:
+        # The analyst advises between iterations, so only when there are two, and when the settings ask it.
+        analyst = budget.max_iterations > 1 and self.settings()["analyst"]
+        return [role for role in super()._roles_that_may_run(budget) if role != "analyst" or analyst]
+
     def _lm_of(self, role: str) -> Any:
         predictor, _ = predictor_of(getattr(self, role, None))
         return predictor.lm if predictor is not None and predictor.lm is not None else dspy.settings.lm
@@ -244,13 +254,19 @@ class ExecuteValidateController(LoopModule):
         if initial_input is None:
             raise ConfigurationError("initial_input is None: give the task (a str, or a dict with a 'prompt' str)")
         if self._builtin_executor:
-            target = code_request(initial_input).target_file or self.target_file
-            if isinstance(self.workspace, Workspace):
-                self.workspace.resolve(target)
-            elif PurePath(target).is_absolute() or os.path.normpath(target).startswith(".."):
-                raise ConfigurationError(f"target file {target!r} is outside the workspace: give a path inside it")
+            target = code_request(initial_input).target_file or self.target_file or DEFAULT_TARGET_FILE
+            try:
+                workspace_path(self._workspace_root(), target)
+            except ConfigurationError as error:
+                raise ConfigurationError(f"the target file cannot be written: {error}") from None
         if self.validator is None:
             self._shell.check(test_command)
+
+    def _workspace_root(self) -> Path | None:
+        """The resolved directory the runs write into, None when each run gets a fresh temporary one."""
+        if isinstance(self.workspace, Workspace):
+            return self.workspace.path
+        return None if self.workspace is None else Path(self.workspace).expanduser().resolve()
 
     @contextlib.contextmanager
     def _run_workspace(self) -> Iterator[Workspace]:
@@ -268,6 +284,8 @@ class ExecuteValidateController(LoopModule):
         with self._run_workspace() as workspace:
             validator = self.validator or self._builtin_validator(run, workspace)
             current = self._first_input(workspace, initial_input, test_command)
+            if self._builtin_executor:
+                chains.target_file = current.target_file
             while run.next_iteration():
                 best = yield from self._draw_candidates(run, workspace, chains, current, validator, test_command)
                 self._settle_on(run, workspace, chains, best)
@@ -288,13 +306,22 @@ class ExecuteValidateController(LoopModule):
             return initial_input
         request = code_request(initial_input)
         workspace.write(request.workspace_files)
-        target = request.target_file or self.target_file
+        target = request.target_file or self.target_file or self.target_for(workspace.path, test_command)
+        workspace.resolve(target)  # the tests' module, as any target, stays inside the workspace
+        request = request.model_copy(update={"target_file": target})
         interface = read_interface(workspace.path, test_command, target)
         if not interface:
             return request
         names = tuple(dict.fromkeys([*request.expected_names, *interface.names]))
         return request.model_copy(update={"interface": request.interface or interface.describe(target),
                                           "expected_names": names})
+
+    @staticmethod
+    def target_for(workspace: str | Path | None, test_command: str) -> str:
+        """The file the built-in executor writes when neither the call nor the module names one: the module the
+        tests import (`from mul import mul` -> `mul.py`, `loops.code.module_the_tests_import`), else
+        `DEFAULT_TARGET_FILE`."""
+        return module_the_tests_import(workspace, test_command) or DEFAULT_TARGET_FILE
 
     def _draw_candidates(self, run: Run, workspace: Workspace, chains: _Chains, current: Any,
                          validator: Any, test_command: str) -> RoleCalls:
@@ -325,7 +352,7 @@ class ExecuteValidateController(LoopModule):
         executor, _ = predictor_of(self.executor)
         config, demos = draw.executor_call((iteration - 1) * len(chains.plan) + chain + 1, fresh=chains.fresh[chain],
                                            own_demos=executor is not None and bool(executor.demos))
-        target = request.target_file or self.target_file
+        target = request.target_file or chains.target_file
         context = workspace.read(list(request.files))
         prediction = yield from run.call(
             role,
@@ -376,7 +403,11 @@ class ExecuteValidateController(LoopModule):
 
         def validator(test_command: str, iteration: int) -> ValidationResult:
             left = run.time_left()
-            return shell.run(test_command, timeout_s=None if left is None else max(left, 0.1))
+            result = shell.run(test_command, timeout_s=None if left is None else max(left, 0.1))
+            if result.escaped:
+                run.warn(f"iteration {iteration}: the test command started processes that left its process group; "
+                         f"they were killed when it ended: {'; '.join(result.escaped)}")
+            return result
 
         return validator
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -13,13 +14,15 @@ from typing import Any
 
 import dspy
 
+from loops import context
 from loops.budget import Budget, RetryPolicy
 from loops.checkpoint import CheckpointStore, Replay, open_store, stable_hash
 from loops.contracts import PhaseContract
 from loops.errors import ConfigurationError
 from loops.lm import resolve
+from loops.person import Human, nobody_to_answer
 from loops.runtime import UNSET, RoleCalls, Run, adrive, drive, predictor_of
-from loops.saving import encode, lm_reference
+from loops.saving import encode, lm_reference, unnamed_lm_note
 
 __all__ = ["LoopModule"]
 
@@ -32,9 +35,11 @@ class LoopModule(dspy.Module):
     generator; see `loops.runtime`) and call `self._forward(...)` / `self._aforward(...)`.
 
     Every prediction has `final`, `success`, `best_attempt`, `iterations` (1-based: the number of
-    iterations run), `stop_reason`, `warnings`, `trace`, `histories`, `lm_calls` and `error`. Any
+    iterations run), `stop_reason`, `warnings`, `trace`, `histories`, `lm_calls` (the LM requests this
+    process sent) and `error`, and beside them `replayed`, `cached`, `tokens` and `cost_usd`. Any
     `Budget` limit can be passed as a keyword to a call (`module(..., max_iterations=5,
-    timeout_s=None)`), or a whole `budget=Budget(...)`.
+    timeout_s=None)`), or a whole `budget=Budget(...)`; a limit passed by name (`max_iterations=` to the
+    constructor too) replaces that limit of the budget given with it.
     """
 
     contracts: Mapping[str, PhaseContract] = {}
@@ -93,10 +98,20 @@ class LoopModule(dspy.Module):
 
     def _set_phase(self, role: str, phase: Any, builtin: Callable[[], dspy.Module]) -> bool:
         """Set the role's phase: `phase` checked against its contract, or the built-in LLM role (built
-        only when it will run). Returns whether the built-in one is used."""
+        only when it will run). Returns whether the built-in one is used: so it is for a person
+        (`loops.human()`), who answers with the built-in role's fields in its place, unless the role's
+        contract says what a person answers (a phase with no LLM role behind it)."""
         if phase is None:
             setattr(self, role, builtin())
             self._llm_roles.append(role)
+            return True
+        if isinstance(phase, Human):
+            contract = self.contracts.get(role)
+            if contract is not None and contract.answers:
+                setattr(self, role, phase.for_contract(contract))
+                return False
+            predictor, _ = predictor_of(builtin())
+            setattr(self, role, phase.bound(predictor.signature))
             return True
         self.contracts[role].check(phase)
         setattr(self, role, phase)
@@ -112,6 +127,21 @@ class LoopModule(dspy.Module):
         with run.active():
             return await adrive(run.program(self._loop, **inputs))
 
+    def __repr__(self) -> str:
+        """The loop's class and iteration budget, then each role: an LLM role by its module and fields, a custom
+        phase by its name (DSPy's repr lists predictors alone, so a loop of custom phases showed nothing)."""
+        lines = [f"{type(self).__name__}(max_iterations={self.budget.max_iterations})"]
+        for role in dict.fromkeys([*self.contracts, *self._llm_roles]):
+            phase = getattr(self, role, None)
+            predictor, _ = predictor_of(phase)
+            if predictor is not None:
+                lines.append(f"  {role} = {type(phase).__name__}({predictor.signature.signature})")
+            elif isinstance(phase, Human):
+                lines.append(f"  {role} = {phase!r}")
+            elif phase is not None:
+                lines.append(f"  {role} = {getattr(phase, '__qualname__', type(phase).__qualname__)} (custom phase)")
+        return "\n".join(lines)
+
     def fingerprint(self) -> str:
         """What identifies this program for a checkpoint: its class, its roles' prompts, its phases."""
         parts = []
@@ -120,6 +150,8 @@ class LoopModule(dspy.Module):
             predictor, _ = predictor_of(role)
             if predictor is not None:
                 parts.append((name, predictor.signature.instructions, tuple(predictor.signature.fields)))
+            elif isinstance(role, Human):
+                parts.append((name, "human", tuple(role.signature.fields) if role.signature else ()))
             elif role is not None:
                 parts.append((name, getattr(role, "__qualname__", type(role).__qualname__)))
         return f"{type(self).__module__}.{type(self).__qualname__}:{stable_hash(parts)}"
@@ -148,6 +180,15 @@ class LoopModule(dspy.Module):
         }
         return state
 
+    def save(self, path: Any, *args: Any, **kwargs: Any) -> Any:
+        """DSPy's save; a role that names no LM of its own is said now (a warning on the `loops` logger), not
+        first when the loaded program cannot run."""
+        saved = super().save(path, *args, **kwargs)
+        note = unnamed_lm_note([name for name, _ in self.named_predictors()], self.dump_state()["loops"]["lms"])
+        if note is not None:
+            logging.getLogger("loops").warning("%s: %s", os.fspath(path), note)
+        return saved
+
     def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> LoopModule:
         """DSPy's state, then the saved loop settings (budget, retry policy, strictness, histories) and
         the roles' LMs (`loops.lm.resolve` of the saved model strings)."""
@@ -172,27 +213,32 @@ class LoopModule(dspy.Module):
         return self
 
     def _run(self, limits: dict[str, Any], inputs: dict[str, Any]) -> Run:
+        budget = limits.pop("budget", None) or self.budget
+        if not isinstance(budget, Budget):
+            raise ConfigurationError(f"budget must be a loops.Budget, got {budget!r:.100}")
+        budget = budget.override(**{name: limits[name] for name in ("max_iterations",) if name in limits})
         if dspy.settings.lm is None:
-            for role in self._llm_roles:
+            for role in self._roles_that_may_run(budget):
                 predictor, _ = predictor_of(getattr(self, role))
                 if predictor is None or predictor.lm is None:
                     raise ConfigurationError(
                         f"no LM is configured for the {role} role: call dspy.configure(lm=...) (e.g. "
                         "loops.lm.local_lm() for the embedded offline model), use dspy.context(lm=...), or "
                         f"{type(self).__name__}.{role}.set_lm(...)")
-        budget = limits.pop("budget", None) or self.budget
-        if not isinstance(budget, Budget):
-            raise ConfigurationError(f"budget must be a loops.Budget, got {budget!r:.100}")
         store, run_id = limits.pop("checkpoint", self.checkpoint), limits.pop("run_id", None)
+        if run_id is None:
+            self._check_people_can_answer()
+        budget = budget.override(**limits) if limits else budget
         replay = None
         if run_id is not None:
             if store is None:
                 raise ConfigurationError(f"run_id={run_id!r} needs a checkpoint: pass checkpoint='runs.db' (or a "
                                          "store) to the module or the call")
+            # Last: it claims the run id, which the run gives up when it ends (`Run.active`).
             replay = Replay(open_store(store), run_id, self.fingerprint(), stable_hash(inputs))
         return Run(
             module=self,
-            budget=budget.override(**limits) if limits else budget,
+            budget=budget,
             retry=self.retry,
             clock=self.clock,
             strict=self.strict,
@@ -201,7 +247,20 @@ class LoopModule(dspy.Module):
             windows=self.history_window,
             history_summary=self.history_summary,
             replay=replay,
+            parent=context.current_run(),
         )
+
+    def _check_people_can_answer(self) -> None:
+        """A run with no checkpoint cannot pause: each person in it must have someone to answer in this process
+        (an answer function, an answerer of the context, a person at hand), or no LM call is made."""
+        nobody = [name for name, value in vars(self).items() if isinstance(value, Human) and not value.can_answer()]
+        if nobody:
+            raise nobody_to_answer(nobody)
+
+    def _roles_that_may_run(self, budget: Budget) -> list[str]:
+        """The LLM roles a run within `budget` may call: each needs an LM before the run starts, and only
+        these (a role that cannot run needs none). Every built-in role, unless no iteration may run."""
+        return list(self._llm_roles) if budget.max_iterations else []
 
     def _loop(self, run: Run, **inputs: Any) -> RoleCalls:
         raise NotImplementedError

@@ -25,12 +25,13 @@ __all__ = ["TRACE_COLUMNS", "plot_run", "trace_frame"]
 
 
 TRACE_COLUMNS = ("role", "iteration", "seconds", "attempts", "lm_calls", "input_tokens", "output_tokens",
-                 "outcome", "judged", "score", "error", "note")
+                 "outcome", "judged", "score", "error", "note", "human")
 
 
 def trace_frame(runs: Any) -> Any:
     """A pandas DataFrame with one row per role call: `TRACE_COLUMNS` (`judged` and `score` are what
-    `step_judgement` says of the step, None for a step that judges nothing). A phase's `lm_calls` and
+    `step_judgement` says of the step, None for a step that judges nothing; `human` marks a person's
+    answer, `loops.person`). A phase's `lm_calls` and
     tokens include those of the role calls it made, which have rows of their own (a DSL loop phase
     calling an atom).
 
@@ -65,7 +66,7 @@ def _rows(result: Any) -> list[dict[str, Any]]:
             "lm_calls": step.lm_calls, "input_tokens": step.tokens["input"] if step.tokens else 0,
             "output_tokens": step.tokens["output"] if step.tokens else 0, "outcome": step_outcome(step),
             "judged": judgement[0] if judgement else None, "score": judgement[1] if judgement else None,
-            "error": step.error, "note": step.note,
+            "error": step.error, "note": step.note, "human": step.human,
         })
     return rows
 

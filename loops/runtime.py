@@ -12,6 +12,9 @@ synchronously, for `forward()` (what DSPy optimizers call); `adrive` performs th
 operations asynchronously, for `aforward()`. Budgets, retries, per-role histories, the trace and
 graceful stops live in `Run`, written once for both.
 
+A role may be answered by a person (`loops.person`): their turn is a call like an LLM role's, traced,
+kept in the role's history and recorded; when nobody can answer, the run pauses ("awaiting_input").
+
 The runtime knows a model only by its profile (`loops.profile`: adapter, history window, price) and
 renders its results through `loops.display`; it imports no model module and no notebook code. The run
 in progress, with its deadline, is published in `loops.context` for engines, tools and the DSL.
@@ -25,6 +28,8 @@ import contextlib
 import contextvars
 import inspect
 import json
+import linecache
+import sysconfig
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -33,14 +38,24 @@ from typing import Any, Literal, get_args
 
 import dspy
 from dspy.utils import exceptions as dspy_errors
+from dspy.utils.callback import ACTIVE_CALL_ID, BaseCallback
 from dspy.utils.usage_tracker import UsageTracker
 
-from loops import checkpoint, context, display, profile
+from loops import checkpoint, context, display, person, profile
 from loops.adapters import historyless_once
 from loops.budget import Budget, RetryPolicy
 from loops.contracts import PhaseContract
 from loops.demos import curate_trace, demos_without_history
-from loops.errors import ConfigurationError, DeadlinePassed, LimitReached, LoopsError, RoleFailed, RunError
+from loops.errors import (
+    AwaitingInput,
+    ConfigurationError,
+    DeadlinePassed,
+    LimitReached,
+    LoopsError,
+    RequestRefused,
+    RoleFailed,
+    RunError,
+)
 
 __all__ = [
     "LIMIT_REASONS",
@@ -62,11 +77,11 @@ __all__ = [
 ]
 
 StopReason = Literal["approved", "stopped", "completed", "no_progress", "max_iterations", "timeout", "context_limit",
-                     "lm_calls", "tokens", "cost", "error"]
+                     "lm_calls", "tokens", "cost", "error", "awaiting_input"]
 STOP_REASONS: Mapping[str, str] = {
     "approved": "the critic approved the draft (Creator–Critic–Iterator)",
-    "stopped": "the controller decided to stop (Execute–Validate, Director)",
-    "completed": "the program ran to its end (a DSL program, loops.sexp.compile)",
+    "stopped": "the controller decided to stop, or the evaluator passed the result (Execute–Validate, Director)",
+    "completed": "a DSL program ran to its end, no loop form deciding its outcome, or gave its own verdict",
     "no_progress": "every candidate of an iteration repeated code already tried (Execute–Validate)",
     "max_iterations": "the iteration budget ran out",
     "timeout": "the run's wall-clock budget (timeout_s) ran out",
@@ -75,6 +90,8 @@ STOP_REASONS: Mapping[str, str] = {
     "tokens": "the token budget (max_tokens, input plus output as the LMs report them) ran out",
     "cost": "the cost budget (max_cost_usd) ran out",
     "error": "a role or phase failed for good; the cause is on `error`",
+    "awaiting_input": "a role answered by a person had nobody to answer it: the run paused, its checkpoint holding "
+                      "the question (`question`); answer it and resume the run",
 }
 assert set(STOP_REASONS) == set(get_args(StopReason))
 LIMIT_REASONS = frozenset({"max_iterations", "timeout", "context_limit", "lm_calls", "tokens", "cost"})
@@ -101,7 +118,6 @@ _SETUP_ERRORS = (
     dspy_errors.LMUnsupportedFeatureError,
 )
 _SETUP_NAMES = frozenset({"AuthenticationError", "PermissionDeniedError", "NotFoundError", "BadRequestError"})
-_LM_ERRORS = (dspy_errors.LMError,)
 _CHAT_ADAPTER = dspy.ChatAdapter()  # DSPy's default, where neither the call nor the context sets one
 
 
@@ -132,7 +148,12 @@ def setup_error(error: BaseException) -> ConfigurationError | None:
 
 @dataclass(slots=True)
 class Step:
-    """One role call of a run, as it appears in `prediction.trace`."""
+    """One role call of a run, as it appears in `prediction.trace` (and reaches observers and `--trace`).
+
+    `lm_calls` are the LM requests the call sent, `cached` the LM calls DSPy's cache answered instead,
+    `tokens` and `cost_usd` what its requests used; `replayed` marks a step answered from a checkpoint's
+    record, whose counts are those of the process that recorded it; `human` a person's answer
+    (`loops.person`), whose `seconds` are the person's."""
 
     role: str
     iteration: int
@@ -144,6 +165,10 @@ class Step:
     tokens: dict[str, int] | None = None
     error: str | None = None
     note: str | None = None
+    cached: int = 0
+    cost_usd: float | None = None
+    replayed: bool = False
+    human: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (values JSON cannot hold are rendered as text)."""
@@ -209,11 +234,27 @@ class _Invoke:
     kwargs: dict[str, Any]
     adapter: dspy.Adapter | None = None
     deadline: float | None = None
+    llm: bool = False  # an LLM role's call
+    run_aware: bool = False  # its LM's engine asks the run before each request and stops at the deadline itself
 
     def _context(self) -> contextlib.AbstractContextManager:
-        return dspy.context(adapter=self.adapter) if self.adapter is not None else contextlib.nullcontext()
+        """The adapter, and DSPy's callbacks with the run's gate first, unless the call's LM asks the run
+        itself (then the callbacks cost nothing): a phase's LMs are unknown, so a phase is gated."""
+        callbacks = [callback for callback in dspy.settings.callbacks or () if not isinstance(callback, _RequestGate)]
+        if not self.run_aware:
+            callbacks.insert(0, _GATE)
+        adapter = {} if self.adapter is None else {"adapter": self.adapter}
+        return dspy.context(callbacks=callbacks, **adapter)
 
     def perform(self) -> Any:
+        try:
+            if self.deadline is not None and self.llm and not self.run_aware:
+                return context.within_deadline(self._perform, "the LM call")  # it cannot stop by itself
+            return self._perform()
+        except RequestRefused as refused:  # the run's limits refused a request of this call
+            raise refused.limit from None
+
+    def _perform(self) -> Any:
         with self._context():
             result = self.target(*self.args, **self.kwargs)
             if inspect.isawaitable(result):
@@ -221,13 +262,19 @@ class _Invoke:
         return result
 
     async def aperform(self) -> Any:
-        if self.deadline is None:
-            return await self._acall()
         try:
-            async with asyncio.timeout(max(0.0, self.deadline - time.monotonic())):
+            if self.deadline is None:
                 return await self._acall()
-        except TimeoutError as late:
-            raise DeadlinePassed("abandoned at the run's deadline") from late
+            scope = asyncio.timeout(max(0.0, self.deadline - time.monotonic()))
+            try:
+                async with scope:
+                    return await self._acall()
+            except TimeoutError as late:
+                if not scope.expired():
+                    raise
+                raise DeadlinePassed("abandoned at the run's deadline") from late
+        except RequestRefused as refused:
+            raise refused.limit from None
 
     async def _acall(self) -> Any:
         with self._context():
@@ -307,7 +354,8 @@ async def adrive(program: RoleCalls) -> Any:
 
 class _UsageLog(UsageTracker):
     """DSPy's usage tracker, also keeping every entry in order (one entry is one LM request answered),
-    the tokens they report and, when `priced`, what they cost."""
+    the tokens they report and, when `priced`, what they cost; and which LM calls it heard from (DSPy
+    reports no usage for an answer from its cache)."""
 
     def __init__(self, priced: bool = False) -> None:
         super().__init__()
@@ -315,8 +363,10 @@ class _UsageLog(UsageTracker):
         self.tokens = 0
         self.cost_usd: float | None = 0.0 if priced else None
         self.unpriced: set[str] = set()
+        self.answered: set[str | None] = set()  # DSPy's ids of the LM calls (callbacks) that reported usage
 
     def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
+        self.answered.add(ACTIVE_CALL_ID.get())
         super().add_usage(lm, usage_entry)
         if not usage_entry:
             return
@@ -330,6 +380,27 @@ class _UsageLog(UsageTracker):
                 self.cost_usd += cost
 
 
+class _RequestGate(BaseCallback):
+    """DSPy's hook around every LM call of a role or phase call (`_Invoke`), a JSON-adapter fallback's
+    included: an LM whose engine does not ask the run itself (`loops.context.run_aware`) is asked for here,
+    before the call, and a call DSPy answered from its cache is counted as cached rather than sent. It is
+    first among the callbacks, so a refused call is one no other callback saw start; a role on a run-aware
+    LM goes without it (DSPy's callbacks cost ~0.1 ms of CPU per decorated call)."""
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        run = context.current_run()
+        if isinstance(run, Run):
+            run.lm_call_started(call_id, instance)
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
+        run = context.current_run()
+        if isinstance(run, Run):
+            run.lm_call_ended(call_id, exception)
+
+
+_GATE = _RequestGate()
+
+
 FailureAction = Literal["propagate", "setup", "timeout", "reparse", "retry", "give_up"]
 
 
@@ -338,8 +409,9 @@ def failure_action(error: BaseException, *, llm: bool, attempts: int, parse_fail
     """What a role call does after an attempt of it failed with `error` (`attempts` made so far, of which
     `parse_failures` were answers that could not be parsed):
 
-    - "propagate": the error is no failure of this call (a limit or failure of a role call a phase made,
-      already recorded; a `loops.sexp.DslError`, a bug in the DSL program that must keep its position);
+    - "propagate": the error is no failure of this call (a limit that refused its next request, or a limit
+      or failure of a role call a phase made, already recorded; a `loops.sexp.DslError`, a bug in the DSL
+      program that must keep its position);
     - "setup": a developer's mistake that surfaced at the call (no LM, a rejected key): it raises;
     - "timeout": the run's time is up;
     - "reparse": ask again, at a little temperature, for an answer that parses;
@@ -359,33 +431,32 @@ def failure_action(error: BaseException, *, llm: bool, attempts: int, parse_fail
     return "give_up"
 
 
-def counts_as_request(error: BaseException, llm: bool) -> bool:
-    """Whether a failed attempt was an LM request that no usage entry records (an answer that could not be
-    parsed has one)."""
-    sent = isinstance(error, (*_LM_ERRORS, DeadlinePassed)) or (llm and is_transient(error))
-    return sent and not is_unparseable(error)
-
-
 class _Tally:
-    """What one role call has used so far: attempts, requests, and where the run's counts stood before it."""
+    """What one role call has used so far: attempts, and where the run's counts stood before it."""
 
     def __init__(self, run: Run, role: str, inputs: dict[str, Any]):
         self.run, self.role, self.inputs = run, role, inputs
         self.started = run.clock()
-        self.entries_before, self.calls_before = len(run.usage.entries), run.lm_calls
-        self.attempts = self.parse_failures = self.failed_requests = 0
+        self.entries_before, self.calls_before, self.cached_before = len(run.usage.entries), run.lm_calls, run.cached
+        self.cost_before = run.usage.cost_usd
+        self.attempts = self.parse_failures = 0
 
     def requests(self) -> int:
-        """LM requests made by this call itself so far (not by the role calls nested in it)."""
-        nested = self.run.lm_calls - self.calls_before
-        return len(self.run.usage.entries) - self.entries_before - nested + self.failed_requests
+        """LM requests sent by this call so far (those of the role calls nested in it included)."""
+        return self.run.lm_calls - self.calls_before
+
+    def step(self, outputs: dict[str, Any] | None, error: str | None = None) -> Step:
+        """The call as a trace step, with what it used."""
+        run = self.run
+        entries = run.usage.entries[self.entries_before:]
+        cost = None if run.usage.cost_usd is None else run.usage.cost_usd - (self.cost_before or 0.0)
+        return Step(self.role, run.iteration, self.inputs, outputs, run.clock() - self.started, self.attempts,
+                    self.requests(), _tokens(entries) if entries else None, error,
+                    cached=run.cached - self.cached_before, cost_usd=cost)
 
     def fail(self, error: str) -> None:
-        """Count the call's requests and record it as a failed step."""
-        run = self.run
-        run.lm_calls += self.requests()
-        run._record(Step(self.role, run.iteration, self.inputs, None, run.clock() - self.started, self.attempts,
-                         run.lm_calls - self.calls_before, None, error))
+        """Record the call as a failed step."""
+        self.run._record(self.step(None, error))
 
 
 @dataclass
@@ -402,13 +473,16 @@ class Run:
     windows: int | Mapping[str, int | None] | None | object = UNSET
     history_summary: bool = False
     replay: checkpoint.Replay | None = None
+    parent: Any = None  # the run this one runs within (a DSL loop form's run within its program's), if any
 
     def __post_init__(self) -> None:
         self.started = self.clock()
         timeout = self.budget.timeout_s
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.iteration = 0
-        self.lm_calls = 0
+        self.lm_calls = 0  # LM requests this process sent for the run
+        self.replayed = 0  # LM requests the checkpoint's record answered instead (sent by an earlier process)
+        self.cached = 0  # LM calls DSPy's cache answered (no request)
         self.context_chars = 0
         self.turns: dict[str, list[dict[str, Any]]] = {}
         self.trace: list[Step] = []
@@ -417,6 +491,7 @@ class Run:
         self.best_score: Any = None
         self.current: dict[str, Any] = {}
         self.error: BaseException | None = None
+        self.question: person.Question | None = None  # what the run paused on ("awaiting_input")
         self.usage = _UsageLog(priced=self.budget.max_cost_usd is not None)
         self._turn_chars: dict[str, list[int]] = {}
         self._shown_chars: dict[str, int] = {}
@@ -428,6 +503,7 @@ class Run:
         self._observers = context.observers()
         self._predictions: list[Any] = []  # what this run's LLM role calls returned, for `demos.curate_trace`
         self._credited: list[Any] = []
+        self._gated: set[str] = set()  # LM calls the run counted when they started (`lm_call_started`)
 
     # What patterns call -------------------------------------------------------------------------
 
@@ -442,6 +518,8 @@ class Run:
         when the budget is spent and `RoleFailed` when the role fails for good.
         """
         target = predictor if predictor is not None else getattr(self.module, role)
+        if isinstance(target, person.Human):
+            return (yield from self._ask(role, target, inputs))
         inner, history_field = predictor_of(target)
         lm = inner.lm if inner is not None and inner.lm is not None else dspy.settings.lm
         if history_field is not None and role not in self._role_windows:
@@ -465,8 +543,8 @@ class Run:
                 if inner.demos or demos:
                     adapter = demos_without_history(adapter)
                 adapter = historyless_once(adapter)
-            result = yield from self._call(role, target, (), kwargs, inputs, adapter, llm=True)
-            self.trace[-1].outputs = dict(result.items())
+            result = yield from self._call(role, target, (), kwargs, inputs, adapter, llm=True,
+                                           run_aware=context.run_aware(lm))
             self._predictions.append(result)
         turn = None
         if history_field is not None:
@@ -488,14 +566,17 @@ class Run:
         contract = self.contracts[role]
         if arguments.keys() != set(contract.params):
             raise TypeError(f"{role} is called with {contract.params}, not {tuple(arguments)}")
+        target = phase if phase is not None else getattr(self.module, role)
+        if isinstance(target, person.Human):  # a person in a phase's place: the contract's answers, as a role call
+            asked = {name: arguments[name] for name in contract.params if name != "iteration"}
+            answer = yield from self._ask(role, target.for_contract(contract), asked)
+            return person.phase_value(contract, dict(answer.items()), arguments)
         warnings_at = len(self.warnings)
         recorded = self._replayed(role, arguments)
         if recorded is not None:
             return recorded
-        target = phase if phase is not None else getattr(self.module, role)
         args = tuple(arguments[name] for name in contract.params)
         result = yield from self._call(role, target, args, {}, arguments, None, llm=False)
-        self.trace[-1].outputs = {"result": result}
         self._save(role, arguments, result, None, warnings_at)
         return result
 
@@ -513,6 +594,7 @@ class Run:
     def next_iteration(self) -> bool:
         """Start another iteration if the budget allows one; False at `max_iterations`."""
         if self.iteration >= self.budget.max_iterations:
+            self.warn(f"stopped at max_iterations={self.budget.max_iterations}")
             return False
         self.iteration += 1
         return True
@@ -542,8 +624,6 @@ class Run:
 
     def finish(self, stop_reason: StopReason, **result: Any) -> LoopResult:
         """The run's prediction: `result` over the fields set by `set_latest` over the best candidate."""
-        if stop_reason == "max_iterations":
-            self.warn(f"stopped at max_iterations={self.budget.max_iterations}")
         measured = {
             "iterations": self.iteration,
             "stop_reason": stop_reason,
@@ -556,15 +636,46 @@ class Run:
         fields = {**dict.fromkeys(RESULT_FIELDS), "success": False, **(self.best or {}), **self.current, **result,
                   **measured}
         fields.update({alias: fields[name] for alias, name in self.aliases.items()})
-        return LoopResult(**fields, tokens=self.usage.tokens, cost_usd=self.usage.cost_usd)
+        return LoopResult(**fields, replayed=self.replayed, cached=self.cached, tokens=self.usage.tokens,
+                          cost_usd=self.usage.cost_usd, question=self.question)
 
     # What the module's forward/aforward hand to a driver ------------------------------------------
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Run]:
-        """The context a run's program is driven in: its usage log, its deadline, itself as current run."""
-        with context.running(self, self.deadline), dspy.context(usage_tracker=self.usage):
-            yield self
+        """The context a run's program is driven in: its usage log, its deadline, itself as current run. Its
+        checkpoint's claim on the run id is given up when it ends, however it ends."""
+        try:
+            with (context.running(self, self.deadline), context.on_pause(self._paused),
+                  dspy.context(usage_tracker=self.usage)):
+                yield self
+        finally:
+            if self.replay is not None:
+                self.replay.release()
+
+    def before_request(self) -> None:
+        """The one check every LM request of the run passes before it is sent (`loops.context.before_request`):
+        the deadline and every limit; a request let through is counted in `lm_calls`."""
+        try:
+            self._check_limits()
+        except LimitReached as limit:
+            raise RequestRefused(limit) from None
+        self.lm_calls += 1
+
+    def lm_call_started(self, call_id: str, lm: Any) -> None:
+        """DSPy is about to call `lm` (`_RequestGate`): ask for its request, unless its engine asks itself."""
+        if not context.run_aware(lm):
+            self.before_request()
+            self._gated.add(call_id)
+
+    def lm_call_ended(self, call_id: str, exception: BaseException | None) -> None:
+        """DSPy's LM call ended: one that reported no usage and did not fail was answered from DSPy's cache."""
+        counted = call_id in self._gated
+        self._gated.discard(call_id)
+        if exception is None and call_id not in self.usage.answered:
+            self.cached += 1
+            self.lm_calls -= 1 if counted else 0
+        self.usage.answered.discard(call_id)
 
     def program(self, loop: Callable[..., RoleCalls], **inputs: Any) -> RoleCalls:
         """The pattern's loop wrapped so that a limit or a run failure ends it with the work kept.
@@ -572,6 +683,8 @@ class Run:
         A developer's mistake (`ConfigurationError`) and a bug in the pattern itself propagate."""
         try:
             prediction = yield from loop(self, **inputs)
+        except AwaitingInput as pause:
+            prediction = self._paused_on(pause)
         except LimitReached as limit:
             self.warn(str(limit))
             prediction = self.finish(limit.reason)
@@ -580,7 +693,13 @@ class Run:
             self.warn(f"stopped by an error: {_describe(failure)}")
             prediction = self.finish("error")
         if self.replay is not None:
-            self.replay.store.finish(self.replay.run_id, prediction.stop_reason)
+            unrecorded = self.replay.finish(prediction.stop_reason)
+            if unrecorded:
+                prediction.warnings.append(unrecorded)
+        if self.parent is not None and prediction.stop_reason == "awaiting_input":
+            pause = AwaitingInput(self.question)  # the run this one runs within pauses too
+            pause.prediction = prediction
+            raise pause
         curate_trace(self._predictions, self._credited)
         if self.strict and (prediction.stop_reason in LIMIT_REASONS or prediction.stop_reason == "error"):
             raised = self.error if isinstance(self.error, RunError) else LimitReached(
@@ -620,8 +739,8 @@ class Run:
         self._context_now(self.context_chars - previous + shown)
 
     def _replayed(self, role: str, inputs: dict[str, Any]) -> Any:
-        """The recorded result of this call when the run is being replayed (its trace step, warnings and
-        LM calls restored), else None."""
+        """The recorded result of this call when the run is being replayed (its trace step, warnings, LM
+        requests as `replayed`, tokens and cost restored, so the budget is the whole run's), else None."""
         if self.replay is None:
             return None
         self._check_limits()
@@ -635,10 +754,59 @@ class Run:
                 self._remember(record.role, turn)
             self.warnings.extend(warnings)
             if record is call:  # a phase's record counts the calls nested in it too
-                self.lm_calls += step.lm_calls
+                self.replayed += step.lm_calls
                 self.usage.tokens += sum(step.tokens.values()) if step.tokens else 0
+                if self.usage.cost_usd is not None and step.cost_usd is not None:
+                    self.usage.cost_usd += step.cost_usd
+            step.replayed = True
             self._record(step)
         return result
+
+    def _ask(self, role: str, asked: person.Human, inputs: dict[str, Any]) -> RoleCalls:
+        """A person's turn in `role`'s place, as a role call: replayed from the checkpoint's record, else the
+        answer recorded there for the question the run paused on, else asked (`loops.person`); kept in the
+        role's history and recorded. `AwaitingInput`, with the question kept in the checkpoint, when nobody
+        can answer."""
+        warnings_at = len(self.warnings)
+        recorded = result = self._replayed(role, inputs)
+        if recorded is None:
+            inputs_hash = checkpoint.stable_hash(inputs)
+            answered = None if self.replay is None else self.replay.answer_for(role, inputs_hash)
+            try:
+                result = yield from self._call(role, asked, (asked.question(role, inputs, self.iteration), answered),
+                                               {}, inputs, None, llm=False, human=True)
+            except AwaitingInput as pause:
+                if self.replay is None:
+                    raise person.nobody_to_answer([role]) from None
+                self.replay.ask(role, inputs_hash, pause.question)
+                raise
+        turn = {**inputs, **result}
+        self._remember(role, turn)
+        if recorded is None:
+            self._save(role, inputs, result, turn, warnings_at)
+            if self.replay is not None:
+                self.replay.settle()  # answered (here or from elsewhere): the question is the call's record now
+        return result
+
+    def _paused(self, seconds: float) -> None:
+        """A person answered in this run, or in one it runs within, after `seconds` (`loops.context.paused`): its
+        clock and deadline move past the wait, which is not the run's time."""
+        self.started += seconds
+        if self.deadline is not None:
+            self.deadline += seconds
+
+    def _paused_on(self, pause: AwaitingInput) -> LoopResult:
+        """The run's end when nobody can answer a person's question now: the question kept on the result (and in
+        the checkpoint), and, unless it runs within another run, a warning saying how to answer and resume."""
+        self.question = pause.question
+        if self.parent is None:
+            store, run_id = (getattr(self.replay.store, "path", "FILE"), self.replay.run_id) if self.replay else (
+                "FILE", "RUN_ID")
+            self.warn(f"waiting for a person to answer as the {pause.question.role}: `loops runs show {store} "
+                      f"{run_id}` shows the question, `loops runs answer {store} {run_id} "
+                      f"{pause.question.usage()}` (or loops.answer) records the answer, and the same call with "
+                      f"run_id={run_id!r} (the same command with --run-id {run_id}) goes on")
+        return self.finish("awaiting_input")
 
     def _save(self, role: str, inputs: dict[str, Any], result: Any, turn: dict[str, Any] | None,
               warnings_at: int) -> None:
@@ -651,32 +819,34 @@ class Run:
                          [self.warnings[index] for index in raised], turn)
 
     def _call(self, role: str, target: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any],
-              adapter: dspy.Adapter | None, *, llm: bool) -> RoleCalls:
-        """One role or phase call with retries; records a step. `llm` marks an LLM role.
+              adapter: dspy.Adapter | None, *, llm: bool, run_aware: bool = False, human: bool = False) -> RoleCalls:
+        """One role or phase call with retries; records a step with its outputs (before observers hear of
+        it). `llm` marks an LLM role, `run_aware` one whose LM asks the run itself (`loops.context`), `human`
+        a person's turn: no deadline fires while they answer, and the run's clocks move past the wait.
 
-        Every LM request made counts in `lm_calls`: answered ones (one usage entry each, JSON fallbacks
-        included), failed ones, and one abandoned at the deadline. A phase's own requests count too,
-        less those of role calls it made in this run (`call_now`), which count themselves."""
+        Every LM request is counted where it passes the run's gate (`before_request`): first tries, retries,
+        re-asks, JSON fallbacks and engines' re-sends alike, failed and abandoned ones included."""
         self._check_limits()
         self._notify("role_started", role, self.iteration)
         tally = _Tally(self, role, inputs)
         while True:
             tally.attempts += 1
             self._depth += 1
+            asked_at = time.monotonic()
             try:
-                result = yield _Invoke(target, args, kwargs, adapter, self.deadline)
+                result = yield _Invoke(target, args, kwargs, adapter, None if human else self.deadline, llm, run_aware)
                 break
             except Exception as exc:
                 self._depth -= 1
                 kwargs = yield from self._after_failure(tally, exc, kwargs, llm)
         self._depth -= 1
-        own = max(0, tally.requests())  # replayed nested calls made no request
-        if llm and own == 0:
-            own = 1  # a cached answer reports no usage, but the role was asked
-        self.lm_calls += own
-        new_entries = self.usage.entries[tally.entries_before:]
-        self._record(Step(role, self.iteration, inputs, None, self.clock() - tally.started, tally.attempts,
-                          self.lm_calls - tally.calls_before, _tokens(new_entries) if new_entries else None))
+        if human:
+            context.paused(time.monotonic() - asked_at)
+        if run_aware and not tally.requests():
+            self.cached += 1  # its engine was never reached: DSPy's cache answered
+        step = tally.step(dict(result.items()) if llm or human else {"result": result})
+        step.human = human
+        self._record(step)
         return result
 
     def _after_failure(self, tally: _Tally, error: Exception, kwargs: dict[str, Any], llm: bool) -> RoleCalls:
@@ -686,13 +856,15 @@ class Run:
         action = failure_action(error, llm=llm, attempts=tally.attempts, parse_failures=tally.parse_failures,
                                 retry=self.retry, out_of_time=self._out_of_time())
         if action == "propagate":
+            if llm and isinstance(error, LimitReached) and tally.requests():
+                tally.fail(str(error))  # the run's limits refused this call's next request: keep what it sent
             raise error
-        tally.failed_requests += counts_as_request(error, llm)
-        if action in ("reparse", "retry") and self.budget.max_lm_calls is not None and (
-                self.lm_calls + tally.requests() >= self.budget.max_lm_calls):
-            tally.fail(_describe(error))
-            raise LimitReached("lm_calls", f"stopped in {role} after {self.lm_calls} LM calls: "
-                               f"max_lm_calls={self.budget.max_lm_calls} reached before a retry") from error
+        if action in ("reparse", "retry"):
+            try:
+                self._check_limits(f" in {role} before a retry")  # the budget, all of it, before every retry
+            except LimitReached as limit:
+                tally.fail(_describe(error))
+                raise limit from error
         if action == "reparse":
             tally.parse_failures += 1
             self.warn(f"{role}: answer could not be parsed; asked again")
@@ -700,13 +872,13 @@ class Run:
             return {**kwargs, "config": {**kwargs.get("config", {}), "temperature": self.retry.parse_retry_temperature,
                                          "rollout_id": tally.parse_failures}}
         if action == "retry":
-            pause, left = self.retry.delay_s(tally.attempts), self.time_left()
+            pause, left = self.retry.delay_s(tally.attempts, getattr(error, "retry_after", None)), self.time_left()
             if left is None or pause < left:
                 yield _Sleep(pause)
                 return kwargs
             tally.fail(_describe(error))
-            raise LimitReached("timeout", f"stopped in {role}: no time left to retry after {_describe(error)}"
-                               ) from error
+            raise LimitReached("timeout", f"stopped in {role}: no time left to retry after {_describe(error)} "
+                               f"(the wait before it: {pause:.1f}s)") from error
         if action == "setup":
             tally.fail(_describe(error))
             mistake = setup_error(error)
@@ -719,34 +891,40 @@ class Run:
                                f"timeout_s={self.budget.timeout_s} reached") from error
         tally.fail(_describe(error))
         what = "its answer could not be parsed" if is_unparseable(error) else _describe(error)
+        if not llm:  # a phase is the caller's code: point at the line that raised
+            what += _raised_at(error)
         raise RoleFailed(role, f"{role} failed after {tally.attempts} attempt(s): {what}") from error
 
     def _out_of_time(self) -> bool:
         timeout = self.budget.timeout_s
         return timeout is not None and self.clock() - self.started >= timeout
 
-    def _check_limits(self) -> None:
+    def _check_limits(self, where: str = "") -> None:
+        """Raise `LimitReached` when the run's time or a limit is spent (`where` says where it stopped). LM
+        calls count the whole run's, those replayed from a checkpoint included, as tokens and cost do."""
         budget = self.budget
         elapsed = self.clock() - self.started
         if budget.timeout_s is not None and elapsed >= budget.timeout_s:
-            raise LimitReached("timeout", f"stopped after {elapsed:.1f}s: timeout_s={budget.timeout_s} reached")
-        if budget.max_lm_calls is not None and self.lm_calls >= budget.max_lm_calls:
-            raise LimitReached("lm_calls", f"stopped after {self.lm_calls} LM calls: max_lm_calls reached")
+            raise LimitReached("timeout", f"stopped{where} after {elapsed:.1f}s: timeout_s={budget.timeout_s} reached")
+        calls = self.lm_calls + self.replayed
+        if budget.max_lm_calls is not None and calls >= budget.max_lm_calls:
+            raise LimitReached("lm_calls", f"stopped{where} after {calls} LM calls: "
+                               f"max_lm_calls={budget.max_lm_calls} reached")
         if budget.max_tokens is not None and self.usage.tokens >= budget.max_tokens:
-            raise LimitReached("tokens", f"stopped after {self.usage.tokens} tokens: max_tokens={budget.max_tokens} "
-                               "reached")
+            raise LimitReached("tokens", f"stopped{where} after {self.usage.tokens} tokens: "
+                               f"max_tokens={budget.max_tokens} reached")
         if budget.max_cost_usd is not None:
             unpriced = sorted(self.usage.unpriced - self._unpriced_warned)
             if unpriced:
                 self.warn(f"no price is known for {unpriced}: their requests count as free against max_cost_usd")
                 self._unpriced_warned.update(unpriced)
             if self.usage.cost_usd >= budget.max_cost_usd:
-                raise LimitReached("cost", f"stopped after ${self.usage.cost_usd:.4f}: max_cost_usd="
+                raise LimitReached("cost", f"stopped{where} after ${self.usage.cost_usd:.4f}: max_cost_usd="
                                    f"{budget.max_cost_usd} reached")
         if budget.max_context_chars is not None and self.context_chars >= budget.max_context_chars:
             raise LimitReached(
                 "context_limit",
-                f"stopped: role histories hold {self.context_chars} chars, "
+                f"stopped{where}: role histories hold {self.context_chars} chars, "
                 f"max_context_chars={budget.max_context_chars}",
             )
 
@@ -815,6 +993,28 @@ def _tokens(entries: Any) -> dict[str, int]:
         tokens["input"] += int(entry.get("prompt_tokens") or 0)
         tokens["output"] += int(entry.get("completion_tokens") or 0)
     return tokens
+
+
+_NOT_USER_CODE = tuple(sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib"))
+
+
+def _raised_at(error: BaseException) -> str:
+    """Where in the caller's own code `error` was raised (the innermost frame outside loops, the standard library
+    and installed packages), as ` (at FILE:LINE in FUNCTION: SOURCE)`; "" when no frame is theirs."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        module = frame.f_globals.get("__name__", "")
+        if not (module == "loops" or module.startswith("loops.")) and not frame.f_code.co_filename.startswith(
+                _NOT_USER_CODE):
+            found = tb
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    code, line = found.tb_frame.f_code, found.tb_lineno
+    source = linecache.getline(code.co_filename, line).strip()
+    return f" (at {code.co_filename}:{line} in {code.co_name}{': ' + source if source else ''})"
 
 
 def _describe(error: BaseException) -> str:

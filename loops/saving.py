@@ -5,7 +5,8 @@ what makes it the same loop (`LoopModule.dump_state`): its class, the arguments 
 (budget, policy, samples, a DSL program's source, ...) and each role's LM as a model string (`local`
 for the embedded model), never as an endpoint's settings. So:
 
-- `loops.load("x.json")` rebuilds the program from the file alone; phases, tools or clocks that are
+- `loops.load("x.json")` rebuilds the program from the file alone (a person in a role's place,
+  `loops.human()`, included); phases, tools or clocks that are
   Python objects cannot be written to JSON, so the file names them and `load` asks for them again
   as keywords (`load("x.json", executor=my_executor)`), before any LM call;
 - `module.load("x.json")` on an already-built module of that class restores its demos, instructions,
@@ -18,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,9 @@ import orjson
 from loops.adapters import ADAPTER_CLASSES
 from loops.errors import ConfigurationError
 from loops.lm import is_embedded
+from loops.person import Human
 
-__all__ = ["decode", "encode", "load", "lm_reference"]
+__all__ = ["decode", "encode", "lm_reference", "load", "saved_class", "unnamed_lm_note"]
 
 _RUNTIME_SETTINGS = ("budget", "retry", "strict", "history_window", "history_summary")
 _JSON_SCALARS = (str, int, float, bool, type(None))
@@ -46,6 +48,18 @@ def lm_reference(lm: Any) -> str | None:
     if not isinstance(lm, dspy.LM) or lm.kwargs.get("api_base") or getattr(lm, "api_base", None):
         return None
     return lm.model
+
+
+def unnamed_lm_note(roles: Iterable[str], lms: Mapping[str, str | None]) -> str | None:
+    """What a saved program does not say about its models, in one sentence: the LLM roles it names no LM for
+    (they run on the context's LM, `dspy.configure`, which is not the program's to save); None when every
+    role names one."""
+    unnamed = [role for role in roles if lms.get(role) is None]
+    if not unnamed:
+        return None
+    return (f"the saved program names no LM for {', '.join(unnamed)}: they run on the context's LM "
+            "(dspy.configure, --model), which a saved program does not record; configure one where it is loaded, "
+            "or give the roles LMs of their own (role.set_lm) before saving")
 
 
 def encode(value: Any) -> Any:
@@ -66,6 +80,8 @@ def encode(value: Any) -> Any:
         return {"__adapter__": cls.__name__}
     if cls.__name__ == "Workspace" and cls.__module__ == "loops.validators":
         return os.fspath(value.path)
+    if isinstance(value, Human) and value.answer is None:  # a person, not a function that answers for them
+        return {"__human__": {"instructions": value.instructions, "interactive": value.interactive}}
     name = getattr(value, "__qualname__", None) or cls.__qualname__
     return {"__given__": f"{getattr(value, '__module__', cls.__module__)}.{name}"}
 
@@ -82,6 +98,8 @@ def decode(value: Any, name: str, given: Mapping[str, Any]) -> Any:
         return getattr(importlib.import_module(module), qualname)(**value["fields"])
     if "__adapter__" in value:
         return ADAPTER_CLASSES[value["__adapter__"]]()
+    if "__human__" in value:
+        return Human(**value["__human__"])
     if "__given__" in value:
         if name not in given:
             raise ConfigurationError(
@@ -91,10 +109,29 @@ def decode(value: Any, name: str, given: Mapping[str, Any]) -> Any:
     return {key: decode(item, f"{name}.{key}", given) for key, item in value.items()}
 
 
+def saved_class(path: str | os.PathLike[str]) -> type:
+    """The loop class of the program saved at `path`, read before anything is built."""
+    return _read(path)[1]
+
+
 def load(path: str | os.PathLike[str], **given: Any) -> Any:
     """The loop program saved at `path` (by `save`, or `loops.optimize.run`), rebuilt with its class, its
     configuration, its demos and instructions and its roles' LMs. `given` supplies the arguments that
     were Python objects (custom phases, DSL tools) and overrides any saved argument."""
+    state, cls = _read(path)
+    arguments = {name: decode(value, name, given) for name, value in state["loops"].get("arguments", {}).items()}
+    arguments.update(given)
+    program = cls(**arguments)
+    # The arguments (saved, and `given` over them) already set the runtime settings: keep those.
+    settings = {name: getattr(program, name) for name in _RUNTIME_SETTINGS}
+    program.load_state(state)
+    for name, value in settings.items():
+        setattr(program, name, value)
+    return program
+
+
+def _read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], type]:
+    """The saved state at `path` and the loop class it names; a file that is not one raises."""
     try:
         state = orjson.loads(Path(path).read_bytes())
     except OSError as exc:
@@ -108,13 +145,4 @@ def load(path: str | os.PathLike[str], **given: Any) -> Any:
     module_name, _, qualname = saved["kind"].partition(":")
     if not module_name.startswith("loops."):
         raise ConfigurationError(f"{os.fspath(path)!r}: {saved['kind']!r} is not one of loops' programs")
-    cls = getattr(importlib.import_module(module_name), qualname)
-    arguments = {name: decode(value, name, given) for name, value in saved.get("arguments", {}).items()}
-    arguments.update(given)
-    program = cls(**arguments)
-    # The arguments (saved, and `given` over them) already set the runtime settings: keep those.
-    settings = {name: getattr(program, name) for name in _RUNTIME_SETTINGS}
-    program.load_state(state)
-    for name, value in settings.items():
-        setattr(program, name, value)
-    return program
+    return state, getattr(importlib.import_module(module_name), qualname)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import inspect
+import json
 import os
 import re
 import secrets
@@ -31,15 +32,18 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from loops import reaper
 from loops.errors import CommandNotFoundError, ConfigurationError
 from loops.signatures.results import ValidationResult
 
 __all__ = [
+    "SAFE_ENVIRONMENT",
     "CallableValidator",
     "PytestValidator",
     "ShellValidator",
     "Validator",
     "Workspace",
+    "workspace_path",
 ]
 
 Validator = Callable[[str, int], ValidationResult]
@@ -52,6 +56,45 @@ _PIPE_DRAIN_GRACE_S = 0.25
 # alone cannot tell us, since a process that escaped its group may keep them open.
 _EXIT_POLL_S = 0.05
 _READ_CHUNK = 64 * 1024
+# How long the reaper may take to kill the command and what escaped it once asked to stop; past this the
+# validator kills the reaper's group itself (what escaped is then left to init).
+_STOP_GRACE_S = 2.0
+# The variables a command run with `clean_env=True` keeps from this process's environment: where programs
+# are, the user, the locale, the temporary directory, the terminal; no keys, tokens or configuration.
+SAFE_ENVIRONMENT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+                    "TERM")
+
+
+def workspace_path(root: Path | None, relative: str | os.PathLike[str]) -> Path:
+    """The absolute path of the file `relative` inside the directory `root` (resolved, symlinks followed).
+
+    Raises `ConfigurationError` for a path that is not a file's inside the root: empty, absolute,
+    ending with a separator (a directory's), the root itself (``.``), leading out through ``..`` or
+    through a symlink. With `root=None` (a directory that does not exist yet) only the text is checked.
+    A name that merely starts with two dots (``..sol.py``) is a file like any other.
+    """
+    text = os.fspath(relative) if isinstance(relative, (str, os.PathLike)) else relative
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigurationError(f"workspace file path {text!r} is not a file's path; give a non-empty relative path")
+    if Path(text).is_absolute():
+        raise ConfigurationError(
+            f"workspace file path {text!r} is absolute; give a path relative to the workspace root")
+    if text.endswith((os.sep, "/")) or (os.altsep and text.endswith(os.altsep)):
+        raise ConfigurationError(
+            f"workspace file path {text!r} ends with a separator, so it names a directory; give a file's path")
+    normal = os.path.normpath(text)
+    if normal == ".":
+        raise ConfigurationError(f"workspace file path {text!r} is the workspace root itself; give a file's path "
+                                 "inside it")
+    if normal == ".." or normal.startswith(".." + os.sep):
+        raise ConfigurationError(f"workspace file path {text!r} escapes the workspace root through '..'")
+    if root is None:
+        return Path(normal)
+    target = (root / text).resolve()
+    if target == root or not target.is_relative_to(root):
+        raise ConfigurationError(f"workspace file path {text!r} escapes the workspace root {str(root)!r} "
+                                 "(through a symlink)")
+    return target
 
 
 class Workspace:
@@ -61,8 +104,9 @@ class Workspace:
     block, or garbage collection) removes. ``Workspace(path)`` uses the caller's directory, creating
     it if needed, and never deletes it.
 
-    Paths given to `write` and `read` are relative to the root; absolute paths and paths that
-    escape the root (``..``, or a symlink pointing outside) raise `ConfigurationError`.
+    Paths given to `write` and `read` are relative to the root; absolute paths, paths that escape the
+    root (``..``, or a symlink pointing outside) and paths of directories (``a/``, ``.``) raise
+    `ConfigurationError`.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None):
@@ -84,20 +128,9 @@ class Workspace:
         self.closed = False
 
     def resolve(self, relative: str | os.PathLike[str]) -> Path:
-        """The absolute path of `relative` inside the workspace; raises if it would leave it."""
-        text = os.fspath(relative)
-        if not text or not text.strip():
-            raise ConfigurationError("workspace file path is empty")
-        if Path(text).is_absolute():
-            raise ConfigurationError(
-                f"workspace file path {text!r} is absolute; give a path relative to the workspace root"
-            )
-        target = (self.path / text).resolve()
-        if target == self.path or not target.is_relative_to(self.path):
-            raise ConfigurationError(
-                f"workspace file path {text!r} escapes the workspace root {str(self.path)!r}"
-            )
-        return target
+        """The absolute path of the file `relative` inside the workspace; raises `ConfigurationError` if it
+        is not one (see `workspace_path`)."""
+        return workspace_path(self.path, relative)
 
     def write(self, files: Mapping[str, str]) -> list[Path]:
         """Write each ``relative path -> text`` (UTF-8), creating parent directories.
@@ -281,13 +314,17 @@ class ShellValidator:
     - The command runs in its own process group. At ``timeout_s`` the whole group (children too)
       gets SIGKILL and the result has ``timed_out=True``, ``exit_code=-9`` (subprocess's convention
       for "killed by signal 9") and ``error="timed out after Ns"``. Processes the command leaves
-      running in its group after it exits are killed too, so nothing leaks across iterations. A
-      process that escaped the group (``setsid``) and holds an output pipe delays the result by a
-      fraction of a second at most; ``error`` then says the output may be incomplete.
+      running in its group after it exits are killed too, so nothing leaks across iterations.
+    - On Linux the command runs under `loops.reaper`, a child subreaper: a descendant that left the
+      group (``setsid``, ``nohup setsid``, a daemon's double fork) is found and killed as well when
+      the command ends or times out, and listed in the result's ``escaped``. Elsewhere such a
+      process keeps running; if it holds an output pipe it delays the result by a fraction of a
+      second at most, and ``error`` then says the output may be incomplete.
     - stdout and stderr are each capped to ``max_output_chars``: the first quarter and the last
       three quarters are kept around a marker line saying how many chars were cut.
-    - ``clean_env=True`` gives the command only PATH, HOME and LANG (plus ``env``); otherwise ``env``
-      is added on top of this process's environment.
+    - ``clean_env=True`` gives the command only the variables of `SAFE_ENVIRONMENT` (PATH, HOME,
+      the user, the locale, TMPDIR, ...; no keys), plus ``env``; otherwise ``env`` is added on top
+      of this process's environment.
 
     The ``iteration`` argument is accepted for the validator protocol and otherwise unused.
     Raises `CommandNotFoundError` when the executable does not exist (``shell=False``); `check`
@@ -304,9 +341,10 @@ class ShellValidator:
         clean_env: bool = False,
         env: Mapping[str, str] | None = None,
     ):
-        if timeout_s is None or timeout_s <= 0:
-            raise ConfigurationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-        if max_output_chars < 0:
+        if not _is_seconds(timeout_s) or timeout_s == float("inf"):
+            # NaN included: it compares false with everything, so it would never time out nor cap the run's time.
+            raise ConfigurationError(f"timeout_s must be a positive, finite number of seconds, got {timeout_s!r}")
+        if isinstance(max_output_chars, bool) or not isinstance(max_output_chars, int) or max_output_chars < 0:
             raise ConfigurationError(f"max_output_chars must be >= 0, got {max_output_chars!r}")
         if workspace is not None and not isinstance(workspace, Workspace):
             workspace = Workspace(workspace)
@@ -356,9 +394,7 @@ class ShellValidator:
         ``timeout_s`` can only shorten the configured timeout for this call (a loop caps it to the
         time its run has left).
         """
-        if timeout_s is not None and not (
-            isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool) and timeout_s > 0
-        ):
+        if timeout_s is not None and not _is_seconds(timeout_s):
             raise ConfigurationError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
         limit = self.timeout_s if timeout_s is None else min(self.timeout_s, float(timeout_s))
         argv = self._argv(command)
@@ -366,43 +402,19 @@ class ShellValidator:
         if not cwd.is_dir():
             raise ConfigurationError(f"validator working directory {str(cwd)!r} does not exist")
         started = time.monotonic()
-        try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=self._environment(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except FileNotFoundError as exc:
-            raise CommandNotFoundError(
-                f"executable {argv[0]!r} not found (command: {command!r}); "
-                "check the spelling, PATH, or give a full path"
-            ) from exc
-        except PermissionError as exc:
-            raise ConfigurationError(
-                f"executable {argv[0]!r} is not executable (command: {command!r})"
-            ) from exc
-
-        stdout = _CappedCapture(self.max_output_chars)
-        stderr = _CappedCapture(self.max_output_chars)
-        try:
+        with _Started(argv, cwd, self._environment(), command) as started_command:
+            proc = started_command.proc
+            stdout = _CappedCapture(self.max_output_chars)
+            stderr = _CappedCapture(self.max_output_chars)
             timed_out, undrained = _communicate(proc, {proc.stdout: stdout, proc.stderr: stderr},  # type: ignore[dict-item]
-                                                started + limit)
-        finally:
-            # Also reached on KeyboardInterrupt: never leave the command's process tree behind.
-            _kill_group(proc.pid)
-            proc.wait()
-            for stream in (proc.stdout, proc.stderr):
-                stream.close()  # type: ignore[union-attr]
+                                                started + limit, started_command.stop)
         seconds = time.monotonic() - started
+        exit_code, escaped = started_command.outcome()
 
         problems = []
         if timed_out:
             problems.append(f"timed out after {limit:g}s")
-        elif self.shell and proc.returncode == 127:
+        elif self.shell and exit_code == 127:
             problems.append("the shell reported exit code 127: command not found")
         if undrained:
             problems.append(
@@ -413,14 +425,20 @@ class ShellValidator:
         return ValidationResult(
             stdout=stdout.text(),
             stderr=stderr.text(),
-            exit_code=proc.returncode,
+            exit_code=exit_code,
             error="; ".join(problems) or None,
             timed_out=timed_out,
             seconds=round(seconds, 3),
+            escaped=escaped,
         )
 
     def _argv(self, command: str) -> list[str]:
-        if command is None or not str(command).strip():
+        if command is None:
+            raise ConfigurationError("test command is empty (None); give the command the validator should run")
+        if not isinstance(command, str):
+            raise ConfigurationError(f"the test command must be a string, got {command!r:.80} "
+                                     f"({type(command).__name__}); e.g. 'python -m pytest -q'")
+        if not command.strip():
             raise ConfigurationError("test command is empty; give the command the validator should run")
         if self.shell:
             return ["/bin/sh", "-c", command]
@@ -433,16 +451,119 @@ class ShellValidator:
     def _environment(self) -> dict[str, str]:
         if not self.clean_env:
             return {**os.environ, **self.env}
-        base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
+        base = {key: os.environ[key] for key in SAFE_ENVIRONMENT if key in os.environ}
         base.setdefault("PATH", os.defpath)
         return {**base, **self.env}
 
 
+def _is_seconds(value: Any) -> bool:
+    """A positive number of seconds (NaN is not one: it would never expire)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _reaper_argv() -> list[str] | None:
+    """How to start `loops.reaper` (Linux, with a Python interpreter to run it), else None."""
+    if not sys.platform.startswith("linux") or not sys.executable or not os.path.isdir("/proc"):
+        return None
+    return [sys.executable, "-I", "-S", reaper.__file__]
+
+
+class _Started:
+    """A command started in its own process group, under `loops.reaper` where there is one: `stop()` ends
+    it (and, with the reaper, every process that escaped it), leaving the `with` block always does, and
+    `outcome()` then gives its exit code and what escaped."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str], command: str):
+        self.argv, self.cwd, self.env, self.command = argv, cwd, env, command
+        self.report: dict[str, Any] = {}
+        self._report_fd: int | None = None
+
+    def __enter__(self) -> _Started:
+        reaper_argv, pass_fds = _reaper_argv(), ()
+        argv = self.argv
+        if reaper_argv is not None:
+            self._report_fd, write_fd = os.pipe()
+            argv, pass_fds = [*reaper_argv, str(write_fd), str(os.getpid()), *self.argv], (write_fd,)
+        try:
+            self.proc = subprocess.Popen(argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                         pass_fds=pass_fds)
+        except OSError as exc:
+            self._close_report()
+            raise _start_error(self.argv[0], self.command, type(exc).__name__) from exc
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
+        return self
+
+    def stop(self) -> None:
+        """Ask the reaper to end the command and what escaped it; without one, kill the command's group."""
+        if self._report_fd is None:
+            _kill_group(self.proc.pid)
+        elif self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+
+    def __exit__(self, *exc_info: object) -> None:
+        # Also reached on KeyboardInterrupt: never leave the command's process tree behind.
+        try:
+            if self.proc.poll() is None:
+                self.stop()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=_STOP_GRACE_S)
+            _kill_group(self.proc.pid)
+            self.proc.wait()
+            if self._report_fd is not None:
+                self.report = _read_report(self._report_fd)
+        finally:
+            self._close_report()
+            for stream in (self.proc.stdout, self.proc.stderr):
+                stream.close()  # type: ignore[union-attr]
+
+    def _close_report(self) -> None:
+        if self._report_fd is not None:
+            os.close(self._report_fd)
+            self._report_fd = None
+
+    def outcome(self) -> tuple[int, list[str]]:
+        """The command's exit code and the processes that escaped it; raises when it could not start."""
+        if "spawn_error" in self.report:
+            kind, _, _ = self.report["spawn_error"]
+            raise _start_error(self.argv[0], self.command, kind)
+        escaped = list(self.report.get("escaped", []))
+        more = self.report.get("escaped_count", 0) - len(escaped)
+        if more > 0:
+            escaped.append(f"... and {more} more")
+        code = self.report.get("returncode")
+        return (self.proc.returncode if code is None else code), escaped
+
+
+def _read_report(fd: int) -> dict[str, Any]:
+    chunks = []
+    while chunk := os.read(fd, _READ_CHUNK):
+        chunks.append(chunk)
+    try:
+        report = json.loads(b"".join(chunks) or b"{}")
+    except ValueError:
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
+def _start_error(executable: str, command: str, kind: str) -> ConfigurationError:
+    if kind == "FileNotFoundError":
+        return CommandNotFoundError(f"executable {executable!r} not found (command: {command!r}); "
+                                    "check the spelling, PATH, or give a full path")
+    if kind == "PermissionError":
+        return ConfigurationError(f"executable {executable!r} is not executable (command: {command!r})")
+    return ConfigurationError(f"cannot start {executable!r} ({kind}; command: {command!r})")
+
+
 def _communicate(
-    proc: subprocess.Popen[bytes], captures: dict[IO[bytes], _CappedCapture], deadline: float
+    proc: subprocess.Popen[bytes], captures: dict[IO[bytes], _CappedCapture], deadline: float,
+    stop: Callable[[], None],
 ) -> tuple[bool, list[str]]:
-    """Read the command's pipes into `captures` until it exits or `deadline` passes (then its group is
-    killed), and after that for `_PIPE_DRAIN_GRACE_S` at most.
+    """Read the command's pipes into `captures` until it exits or `deadline` passes (then `stop()` ends
+    it), and after that for `_PIPE_DRAIN_GRACE_S` at most.
 
     Returns whether it timed out and the names of the pipes still open when reading stopped.
     """
@@ -455,14 +576,17 @@ def _communicate(
         while selector.get_map():
             now = time.monotonic()
             if drain_until is None:
-                if proc.poll() is None and now >= deadline:
+                if not timed_out and proc.poll() is None and now >= deadline:
                     timed_out = True
-                if timed_out or proc.returncode is not None:
+                    stop()
+                if timed_out and proc.poll() is None and now >= deadline + _STOP_GRACE_S:
+                    _kill_group(proc.pid)
+                if proc.poll() is not None:
                     # Kills what the command left running in its group, which closes their pipes.
                     _kill_group(proc.pid)
                     drain_until = now + _PIPE_DRAIN_GRACE_S
             if drain_until is None:
-                wait = min(_EXIT_POLL_S, max(0.0, deadline - now))
+                wait = _EXIT_POLL_S if timed_out else min(_EXIT_POLL_S, max(0.0, deadline - now))
             elif now < drain_until:
                 wait = drain_until - now
             else:
@@ -534,7 +658,7 @@ class PytestValidator(ShellValidator):
 
 
 def _pytest_command(command: str | None) -> str:
-    if command is None or not command.strip():
+    if command is None or (isinstance(command, str) and not command.strip()):
         return shlex.join([sys.executable, "-m", "pytest", "-q"])
     return command
 

@@ -1,7 +1,9 @@
 """`loops.optimize`: DSPy's optimizers on loop programs — metrics per pattern (with the text feedback
 GEPA asks for), datasets, and one entry point, `run`, that scores, optimizes, scores again and saves
-the program with a report. What each optimizer sees of a loop is decided in `loops.demos`."""
+the program with a report. What each optimizer sees of a loop is decided in `loops.demos`; what a person
+answered in a role's place becomes labeled examples of it with `human_labels`."""
 
+from loops.optimize.labels import human_labels
 from loops.optimize.metrics import (
     creator_critic_metric,
     director_metric,
@@ -15,5 +17,5 @@ from loops.optimize.runner import KEEP, Report, Score, Stage, default_metric, ev
 from loops.saving import load
 
 __all__ = ["KEEP", "OPTIMIZERS", "Report", "Score", "Stage", "creator_critic_metric", "default_metric",
-           "director_metric", "evaluate", "execute_validate_metric", "fewer_calls", "honest", "load", "result_metric",
-           "run", "save"]
+           "director_metric", "evaluate", "execute_validate_metric", "fewer_calls", "honest", "human_labels", "load",
+           "result_metric", "run", "save"]

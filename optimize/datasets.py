@@ -51,16 +51,32 @@ def mbpp_test_file(task: dict[str, Any]) -> str:
 
 
 def _records(path: str | os.PathLike[str], what: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, one per non-blank line; a mistake names the line and the fix."""
+    name = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as handle:
-            records = [json.loads(line) for line in handle if line.strip()]
+        with open(path, "rb") as handle:
+            lines = handle.read().split(b"\n")
     except OSError as exc:
-        raise ConfigurationError(f"cannot read the {what} file {os.fspath(path)!r}: {exc.strerror or exc}; give the "
+        raise ConfigurationError(f"cannot read the {what} file {name!r}: {exc.strerror or exc}; give the "
                                  "path of a JSON-lines file you have (nothing is downloaded)") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"{os.fspath(path)!r} is not JSON lines: {exc}") from None
-    if not all(isinstance(record, dict) for record in records):
-        raise ConfigurationError(f"{os.fspath(path)!r}: every line must be a JSON object")
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigurationError(f"{name!r}, line {number}: not UTF-8 text (byte {line[exc.start]:#04x} at "
+                                     f"column {exc.start + 1}); save the file as UTF-8") from None
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"{name!r}, line {number}: not JSON ({exc.msg}, column {exc.colno}); each line "
+                                     "must be one JSON object") from None
+        if not isinstance(record, dict):
+            raise ConfigurationError(f"{name!r}, line {number}: a JSON {type(record).__name__}, not an object; each "
+                                     "line must be one JSON object")
+        records.append(record)
     return records
 
 

@@ -140,17 +140,20 @@ director_metric = _metric(_score_director)
 
 
 def fewer_calls(metric: Callable[..., Any], weight: float = 0.1, calls_for_nothing: int = 20) -> Callable[..., Any]:
-    """`metric`, less up to `weight` for the LM calls the run made (`weight` at `calls_for_nothing`
-    calls or more): among equally good runs, the cheaper scores higher. Bootstrapping still asks only
-    whether the run succeeded."""
+    """`metric`, less up to `weight` for the LM calls the run made (sent, or answered from DSPy's cache or
+    a checkpoint; `weight` at `calls_for_nothing` calls or more): among equally good runs, the cheaper scores
+    higher. Bootstrapping still asks only whether the run succeeded."""
     if not (isinstance(weight, (int, float)) and 0 <= weight <= 1 and math.isfinite(weight)):
         raise ValueError(f"weight must be a number from 0 to 1, got {weight!r}")
     if not (isinstance(calls_for_nothing, int) and calls_for_nothing >= 1):
         raise ValueError(f"calls_for_nothing must be an int >= 1, got {calls_for_nothing!r}")
 
+    def calls(prediction: Any) -> int:
+        # The calls the program made, wherever they were answered: a cached or replayed answer is one too.
+        return sum(field_of(prediction, name) or 0 for name in ("lm_calls", "cached", "replayed"))
+
     def cost(prediction: Any) -> float:
-        calls = field_of(prediction, "lm_calls") or 0
-        return weight * min(calls, calls_for_nothing) / calls_for_nothing
+        return weight * min(calls(prediction), calls_for_nothing) / calls_for_nothing
 
     def cheaper(example: Any, prediction: Any, trace: Any = None, pred_name: str | None = None,
                 pred_trace: Any = None) -> Any:
@@ -158,9 +161,8 @@ def fewer_calls(metric: Callable[..., Any], weight: float = 0.1, calls_for_nothi
             value = metric(example, prediction, trace)
             return value if trace is not None else max(0.0, float(value) - cost(prediction))
         value = metric(example, prediction, trace, pred_name, pred_trace)
-        calls = field_of(prediction, "lm_calls") or 0
         return dspy.Prediction(score=max(0.0, float(value.score) - cost(prediction)),
-                               feedback=f"{value.feedback}\nLM calls: {calls}")
+                               feedback=f"{value.feedback}\nLM calls: {calls(prediction)}")
 
     cheaper.__name__ = cheaper.__qualname__ = f"{getattr(metric, '__name__', 'metric')}_fewer_calls"
     return cheaper

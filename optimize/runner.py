@@ -15,9 +15,13 @@ program (`loops.load(path)` rebuilds it, configuration included) whose `loops.re
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
+import logging
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +40,7 @@ from loops.errors import ConfigurationError
 from loops.execute_validate import ExecuteValidateController
 from loops.optimize.metrics import creator_critic_metric, director_metric, execute_validate_metric, result_metric
 from loops.optimize.optimizers import OPTIMIZERS, build, check, check_program
+from loops.saving import unnamed_lm_note
 
 __all__ = ["KEEP", "Report", "Score", "Stage", "default_metric", "evaluate", "run", "save"]
 
@@ -100,6 +105,9 @@ class Report(BaseModel):
             lines.append(f"  {role}: {', '.join(f'{key} {value}' for key, value in change.items())}")
         for name, value in self.findings.items():
             lines.append(f"  {name}: {value}")
+        note = unnamed_lm_note(self.program.get("roles", []), self.program.get("lms", {}))
+        if note is not None:
+            lines.append(f"note: {note}")
         return "\n".join(lines)
 
     def verdict(self) -> str:
@@ -126,7 +134,7 @@ def default_metric(program: Any) -> Callable[..., Any]:
 
 def run(program: dspy.Module, trainset: Sequence[dspy.Example], valset: Sequence[dspy.Example],
         metric: Callable[..., Any] | None = None, optimizer: str = "bootstrap", *,
-        out: str | os.PathLike[str] | None = None, progress: bool = True, num_threads: int = 1,
+        out: str | os.PathLike[str] | None = None, progress: bool = True, verbose: bool = False, num_threads: int = 1,
         keep: str = "better", **options: Any) -> tuple[dspy.Module, Report]:
     """Score `program` on `valset`, optimize it on `trainset` with `optimizer` (`bootstrap`,
     `random-search`, `mipro`, `gepa`, `simba`, or `draws` for the code loop; `options` go to the
@@ -137,7 +145,9 @@ def run(program: dspy.Module, trainset: Sequence[dspy.Example], valset: Sequence
     whatever it scored. `report.kept` says which, and so does the console.
 
     `metric` defaults to the pattern's (`default_metric`). Everything that can be checked is checked
-    before any LM call: the optimizer's name and dependencies, the metric's form, the sets, the LM."""
+    before any LM call: the optimizer's name and dependencies, the metric's form, the sets, the LM.
+    With `progress`, one display shows the stages (DSPy's own progress bars are off meanwhile, and its INFO
+    logs too unless `verbose`)."""
     metric = metric or default_metric(program)
     check(optimizer, metric)
     if keep not in KEEP:
@@ -157,7 +167,7 @@ def run(program: dspy.Module, trainset: Sequence[dspy.Example], valset: Sequence
     if OPTIMIZERS[optimizer].uses_valset and "valset" in inspect.signature(teleprompter.compile).parameters:
         compile_settings["valset"] = valset
     stages: dict[str, Stage] = {}
-    with _Display(progress) as display:
+    with _Display(progress, verbose) as display:
         with display.stage("score before", len(valset)) as (stage, scored):
             before = _score(program, valset, scored(metric), num_threads)
         stages["score before"] = stage
@@ -182,11 +192,12 @@ def run(program: dspy.Module, trainset: Sequence[dspy.Example], valset: Sequence
 
 
 def evaluate(program: dspy.Module, examples: Sequence[dspy.Example], metric: Callable[..., Any] | None = None, *,
-             num_threads: int = 1, progress: bool = True) -> tuple[Score, Stage]:
-    """Score `program` on `examples` (the pattern's metric by default): the score, and what it cost."""
+             num_threads: int = 1, progress: bool = True, verbose: bool = False) -> tuple[Score, Stage]:
+    """Score `program` on `examples` (the pattern's metric by default): the score, and what it cost; `progress`
+    and `verbose` as for `run`."""
     metric = metric or default_metric(program)
     _check_lm(program)
-    with _Display(progress) as display, display.stage("score", len(examples)) as (stage, scored):
+    with _Display(progress, verbose) as display, display.stage("score", len(examples)) as (stage, scored):
         score = _score(program, list(examples), scored(metric), num_threads)
     return score, stage
 
@@ -303,22 +314,34 @@ class _Usage(BaseCallback):
 
 
 class _Display:
-    """The progress of `run`: one line per stage, with loop runs, LM calls and seconds (rich)."""
+    """The progress of `run`: one line per stage, with loop runs, LM calls and seconds (rich), the one display
+    while it shows: DSPy's optimizers' own tqdm bars are off and, unless `verbose`, so are DSPy's INFO logs and
+    what it prints (BootstrapFewShot prints its tally, counting the examples it went through one short)."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, verbose: bool = False):
         self.enabled = enabled
+        self.verbose = verbose
         self.progress = None
+        self._quiet = contextlib.ExitStack()
 
     def __enter__(self) -> _Display:
         if self.enabled:
+            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+            self._quiet.enter_context(_without_tqdm_bars())
+            if not self.verbose:
+                self._quiet.enter_context(_logger_level("dspy", logging.WARNING))
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("{task.fields[calls]} LM calls"), TimeElapsedColumn())
+                                     TextColumn("{task.fields[calls]} LM calls"), TimeElapsedColumn(),
+                                     console=Console(file=sys.stdout))  # bound now: the prints go elsewhere
             self.progress.__enter__()
+            if not self.verbose:
+                self._quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._quiet.close()
         if self.progress is not None:
             self.progress.__exit__(*exc)
 
@@ -350,4 +373,34 @@ class _Display:
         if task is not None:
             self.progress.update(task, calls=usage.calls, completed=stage.loop_runs, total=total or stage.loop_runs)
 
+
+@contextmanager
+def _without_tqdm_bars() -> Iterator[None]:
+    """tqdm bars off while loops' display shows: DSPy's optimizers draw them on stderr (`tqdm.tqdm(...)`, looked up
+    on the module at each call), between the lines of the display, and tqdm has no switch but its
+    TQDM_DISABLE variable, read once when it is imported."""
+    import tqdm
+
+    shown = tqdm.tqdm
+
+    class Hidden(shown):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "disable": True})
+
+    tqdm.tqdm = Hidden
+    try:
+        yield
+    finally:
+        tqdm.tqdm = shown
+
+
+@contextmanager
+def _logger_level(name: str, level: int) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 

@@ -19,7 +19,7 @@ with lexical scopes, proper tail calls, a step budget and a wall clock::
 - reading (`loops.sexp.reader`), errors with positions (`loops.sexp.errors`), the evaluator and its
   extension points (`loops.sexp.evaluator`), the core forms (`loops.sexp.forms`), the bounded loops
   (`loops.sexp.bounded_loops`), primitives (`loops.sexp.primitives`), tools and the context provider
-  (`loops.sexp.host`).
+  (`loops.sexp.host`; the shell tool, `shell_command_tool`, only where the host grants it).
 - the loop forms on the library's three modules (`loops.sexp.loop_forms`), `defatom` LLM tasks as
   predictors (`loops.sexp.atoms`), and `compile`, a program as a `dspy.Module` (`loops.sexp.program`).
 """
@@ -39,7 +39,7 @@ from loops.sexp.errors import (
     UnboundName,
 )
 from loops.sexp.evaluator import Analyzer, Closure, Env, Evaluation, Limits, special_form
-from loops.sexp.host import Tool, WorkspaceContext
+from loops.sexp.host import Tool, WorkspaceContext, shell_command_tool
 from loops.sexp.interpreter import AnalysedProgram, Interpreter
 from loops.sexp.program import SexpProgram, compile
 from loops.sexp.reader import Node, read
@@ -73,6 +73,7 @@ __all__ = [
     "compile",
     "evaluate",
     "read",
+    "shell_command_tool",
     "special_form",
     "to_source",
 ]

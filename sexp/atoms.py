@@ -5,7 +5,8 @@
       (instructions "Summarize {{text}} in at most {{limit}} words.")
       (returns (summary string) (keywords list))   ; optional: without it, one output `content`
       (description "One-paragraph summaries")      ; optional
-      (model "openai/gpt-4o-mini"))                ; optional: the LM of this atom alone
+      (model "openai/gpt-4o-mini"))                ; optional: the LM of this atom alone (unless the run
+                                                   ; overrides every atom's: compile(..., atom_model=...))
 
 `{{p}}` names the input field `p`; the value travels as that field (the instructions only refer to
 it), so an optimizer may rewrite the instructions freely. `(output_format ((type "json") (schema
@@ -34,9 +35,9 @@ import dspy
 from pydantic import BaseModel
 
 from loops.context import current_run
-from loops.errors import RoleFailed
+from loops.errors import ConfigurationError, RoleFailed
 from loops.profile import adapter_for
-from loops.sexp.errors import ArityError
+from loops.sexp.errors import ArityError, DslValueError
 from loops.sexp.evaluator import Analyzer, Env, Evaluation, Exec, special_form
 from loops.sexp.reader import Node
 from loops.sexp.values import NIL, Symbol, to_dsl, to_source
@@ -78,8 +79,9 @@ class Atom:
 
     def __init__(self, name: str, params: list[tuple[str, Any]], instructions: str,
                  outputs: list[tuple[str, Any]], description: str = "", lm: dspy.BaseLM | None = None,
-                 structured: bool = False, optional: frozenset[str] = frozenset()):
+                 structured: bool = False, optional: frozenset[str] = frozenset(), model: str | None = None):
         self.name = name
+        self.model = model  # what its (model ...) clause names, if it has one
         self.structured = structured
         self.params = tuple(param for param, _ in params)
         self.optional = optional  # parameters a call may leave out: they travel as None
@@ -182,6 +184,9 @@ def _fields(analyzer: Analyzer, clause: Node, what: str, optional: set[str] | No
             raise analyzer.syntax_error(f"unknown type '{kind}' (the types: {' '.join(TYPES)})", entry[1])
         if name in (entry for entry, _ in found):
             raise analyzer.syntax_error(f"{what} '{name}' is given twice", entry[0])
+        if not _field_name(name).isidentifier() or _field_name(name).startswith("_"):
+            raise analyzer.syntax_error(f"'{name}' cannot name a {what}: it becomes a signature's field, whose name "
+                                        "starts with a letter (then letters, digits, - and _)", entry[0])
         if _field_name(name) == "history":
             raise analyzer.syntax_error(f"'history' is the atom's own history input: give the {what} another name",
                                         entry[0])
@@ -257,13 +262,18 @@ def _defatom(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
                                     "outputs need names of their own (e.g. improved-text)",
                                     clauses.get("returns", clauses.get("output_format", node)))
     description = _string(analyzer, clauses["description"]) if "description" in clauses else ""
-    lm = None
-    if "model" in clauses:
+    model = _string(analyzer, clauses["model"]) if "model" in clauses else None
+    lm = analyzer.interpreter.atom_model  # the run's override of every atom's model, if any
+    if lm is None and model is not None:
         from loops.lm import resolve  # checked now: an unknown model fails before the program runs
 
-        lm = resolve(_string(analyzer, clauses["model"]))
+        try:
+            lm = resolve(model)
+        except ConfigurationError as error:
+            raise DslValueError(str(error), clauses["model"].value[1]) from None
     atom = Atom(name, params, instructions, outputs, description, lm,
-                structured="output_format" in clauses or "returns" in clauses, optional=frozenset(optional))
+                structured="output_format" in clauses or "returns" in clauses, optional=frozenset(optional),
+                model=model)
     # Later forms call it with named arguments, and a compiled program lists it among its predictors.
     analyzer.interpreter.named_operators.add(name)
     analyzer.interpreter.atoms[name] = atom

@@ -6,11 +6,13 @@
     └── DslError                        a DSL program went wrong at a position (file:line:col)
         ├── DslSyntaxError (SyntaxError)    text that cannot be read, or a special form of the wrong shape
         │   └── IncompleteInput             the text ends inside a list or a string: a REPL asks for more
-        ├── UnboundName (NameError)         a name with no definition (also `set!` of one)
+        ├── UnboundName (NameError)         a name with no definition (also `set!` of one, and a tool the
+        │                                   host has not granted, e.g. the shell)
         ├── DslTypeError (TypeError)        a value of the wrong type, e.g. `(+ 1 "a")` or `(5 1)`
         │   └── ArityError                  a procedure called with the wrong number of arguments
         ├── DslValueError (ValueError)      a value out of range: division by zero, `car` of nil, a bad option
-        ├── LimitExceeded                   the program's step budget, wall clock or recursion depth ran out
+        ├── LimitExceeded                   the program's step budget, wall clock, recursion depth, a size
+        │                                   cap (string, list, integer) or memory ran out
         └── ToolError                       a tool, the context provider or another Python callable raised;
                                             the original exception is chained as `__cause__`
 
@@ -85,7 +87,8 @@ class IncompleteInput(DslSyntaxError):
 
 
 class UnboundName(DslError, NameError):
-    """A name that is not defined where it is used, or `set!` of a name never defined."""
+    """A name that is not defined where it is used, `set!` of a name never defined, or a tool the host has
+    not granted (found when the program is analysed)."""
 
 
 class DslTypeError(DslError, TypeError):
@@ -101,8 +104,9 @@ class DslValueError(DslError, ValueError):
 
 
 class LimitExceeded(DslError):
-    """The program's step budget, wall-clock limit or recursion depth ran out. `limit` is one of
-    "max_steps", "timeout_s", "max_depth"."""
+    """The program's step budget, wall-clock limit, recursion depth, a size cap or memory ran out. `limit`
+    is one of "max_steps", "timeout_s", "max_depth", "max_string_chars", "max_list_items",
+    "max_int_digits", "memory"."""
 
     def __init__(self, message: str, node: Node | None = None, *, limit: str):
         super().__init__(message, node)

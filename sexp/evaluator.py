@@ -69,6 +69,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from loops import context
 from loops.errors import ConfigurationError, LoopsError
 from loops.sexp.errors import (
     ArityError,
@@ -87,6 +88,8 @@ if TYPE_CHECKING:
     from loops.sexp.interpreter import Interpreter
 
 __all__ = [
+    "DEFAULT_LIMITS",
+    "MIN_INT_DIGITS",
     "SPECIAL_FORMS",
     "Analyzer",
     "Closure",
@@ -98,7 +101,10 @@ __all__ = [
     "call_named",
     "call_python",
     "constant",
+    "current_evaluation",
+    "current_limits",
     "describe_callable",
+    "out_of_memory",
     "run_closure",
     "special_form",
 ]
@@ -153,17 +159,28 @@ def special_form(name: str) -> Callable[[Handler], Handler]:
 MAX_DEPTH_CAP = 10_000
 
 
+# The smallest integer cap allowed: the arithmetic primitives look at the cap only for results beyond
+# 2**63 (19 digits), so that adding small numbers costs one comparison more.
+MIN_INT_DIGITS = 20
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one program run may use before it ends with `LimitExceeded`.
 
     `max_steps` counts procedure calls and loop iterations; `timeout_s` is wall-clock seconds (None:
-    no limit); `max_depth` is how many non-tail calls may be nested (tail calls do not nest).
+    no limit; inside a loop run the run's own deadline counts too, whichever comes first); `max_depth`
+    is how many non-tail calls may be nested (tail calls do not nest). `max_string_chars`,
+    `max_list_items` and `max_int_digits` cap the size of one value a primitive makes or a tool or
+    binding brings in, so that no single primitive call can take more than a moment or all memory.
     """
 
     max_steps: int = 5_000_000
     timeout_s: float | None = 300.0
     max_depth: int = 2_000
+    max_string_chars: int = 10_000_000
+    max_list_items: int = 1_000_000
+    max_int_digits: int = 10_000
 
     def __post_init__(self) -> None:
         if type(self.max_steps) is not int or self.max_steps < 1:
@@ -178,7 +195,18 @@ class Limits:
             isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf
         ):
             raise ConfigurationError(f"Limits.timeout_s must be a positive number of seconds or None, got {timeout!r}")
+        for name, least in (("max_string_chars", 1), ("max_list_items", 1), ("max_int_digits", MIN_INT_DIGITS)):
+            value = getattr(self, name)
+            if type(value) is not int or value < least:
+                raise ConfigurationError(f"Limits.{name} must be an int of at least {least}, got {value!r}")
 
+    @property
+    def max_int_bits(self) -> int:
+        """The bit length of the largest integer of `max_int_digits` digits."""
+        return math.ceil(self.max_int_digits * math.log2(10))
+
+
+DEFAULT_LIMITS = Limits()
 
 _current_evaluation: contextvars.ContextVar[Evaluation | None] = contextvars.ContextVar(
     "loops_sexp_evaluation", default=None
@@ -199,11 +227,19 @@ class Evaluation:
         self.warnings: list[str] = []
         self.log: list[str] = []
         self.loop_runs: dict[Node, int] = {}  # how many times each loop form has run in this run
+        self.last_loop: tuple[str, bool] | None = None  # the last loop form's (stop_reason, success)
         self.value: Any = NIL
         self.steps = 0
         self.depth = 0
         self.max_depth = limits.max_depth
-        self.deadline = math.inf if limits.timeout_s is None else time.monotonic() + limits.timeout_s
+        # One clock: the earlier of the program's own wall clock and the deadline of the loop run it is
+        # part of (a compiled program's, or the loop form's whose phase called it), as engines read it.
+        own = math.inf if limits.timeout_s is None else time.monotonic() + limits.timeout_s
+        run_deadline = context.deadline()
+        if run_deadline is not None and run_deadline < own:
+            self.deadline, self.clock = run_deadline, "the run's deadline passed (Budget.timeout_s, --timeout)"
+        else:
+            self.deadline, self.clock = own, f"timeout_s={limits.timeout_s:g}"
         self.checkpoint = min(_CLOCK_CHECK_INTERVAL, limits.max_steps + 1)
 
     def tick(self, node: Node) -> None:
@@ -215,11 +251,18 @@ class Evaluation:
     def check_limits(self, node: Node) -> None:
         if self.steps > self.limits.max_steps:
             raise LimitExceeded(f"step budget exhausted: max_steps={self.limits.max_steps}", node, limit="max_steps")
-        if time.monotonic() > self.deadline:
-            raise LimitExceeded(
-                f"wall-clock limit exceeded: timeout_s={self.limits.timeout_s:g}", node, limit="timeout_s"
-            )
+        self.check_clock(node)
         self.checkpoint = min(self.steps + _CLOCK_CHECK_INTERVAL, self.limits.max_steps + 1)
+
+    def check_clock(self, node: Node | None = None) -> None:
+        """Raise `LimitExceeded` once the deadline has passed: what a long primitive or tool calls as it
+        goes (without a node, the evaluator attaches the call site)."""
+        if time.monotonic() > self.deadline:
+            raise LimitExceeded(f"wall-clock limit exceeded: {self.clock}", node, limit="timeout_s")
+
+    def time_left(self) -> float | None:
+        """Seconds until the deadline (0 once passed); None without one. A tool bounds its wait by it."""
+        return None if math.isinf(self.deadline) else max(0.0, self.deadline - time.monotonic())
 
     def warn(self, message: str, node: Node | None = None) -> None:
         """Record a graceful stop or another thing the caller should know; also logged."""
@@ -240,12 +283,29 @@ class Evaluation:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Evaluation]:
-        """Make this the run that DSL procedures called from Python join."""
+        """Make this the run that DSL procedures called from Python join; a person's wait in it (a loop form's
+        `(human)` phase, `loops.context.paused`) moves its deadline past the wait."""
         token = _current_evaluation.set(self)
         try:
-            yield self
+            with context.on_pause(self._paused):
+                yield self
         finally:
             _current_evaluation.reset(token)
+
+    def _paused(self, seconds: float) -> None:
+        self.deadline += seconds  # an infinite deadline stays infinite
+
+
+def current_evaluation() -> Evaluation | None:
+    """The program run active in this context, if any: what a primitive or tool reads its limits and
+    clock from."""
+    return _current_evaluation.get()
+
+
+def current_limits() -> Limits:
+    """The limits of the active run, else the defaults."""
+    ev = _current_evaluation.get()
+    return ev.limits if ev is not None else DEFAULT_LIMITS
 
 
 class TailCall:
@@ -363,6 +423,8 @@ def run_closure(closure: Closure, args: tuple[Any, ...], node: Node, ev: Evaluat
     except RecursionError:
         # The depth limit is the real guard; this covers deep nesting inside one procedure body.
         raise LimitExceeded("recursion too deep for Python's stack", node, limit="max_depth") from None
+    except MemoryError:
+        raise out_of_memory(node) from None
     finally:
         ev.depth -= 1
 
@@ -384,6 +446,8 @@ def _raise_from_python(exc: Exception, function: Any, args: tuple[Any, ...], nod
         raise exc
     if isinstance(exc, RecursionError):
         raise LimitExceeded("recursion too deep for Python's stack", node, limit="max_depth") from None
+    if isinstance(exc, MemoryError):
+        raise out_of_memory(node) from None
     if not callable(function):
         raise DslTypeError(f"{to_source(function)} is not a procedure", node) from None
     name = describe_callable(function)
@@ -400,6 +464,12 @@ def _raise_from_python(exc: Exception, function: Any, args: tuple[Any, ...], nod
         kind = DslValueError if isinstance(exc, (ArithmeticError, ValueError)) else DslTypeError
         raise kind(f"{name}: {exc}", node) from exc
     raise ToolError(f"{name} raised {type(exc).__name__}: {exc}", node) from exc
+
+
+def out_of_memory(node: Node | None) -> LimitExceeded:
+    """The error of a `MemoryError` raised while evaluating `node`: a limit, as the size caps are."""
+    return LimitExceeded("out of memory: the program's values do not fit in the memory this process may use "
+                         "(lower Limits.max_string_chars / max_list_items, or make fewer copies)", node, limit="memory")
 
 
 def _binds(function: Callable[..., Any], args: tuple[Any, ...]) -> bool:
@@ -588,6 +658,9 @@ class Analyzer:
 
     def _variable(self, node: Node) -> Exec:
         name = self.name(node, "a name")
+        withheld = self.interpreter.withheld.get(name)
+        if withheld is not None:
+            raise UnboundName(withheld, node)
 
         def lookup(env: Env, ev: Evaluation) -> Any:
             while env is not None:

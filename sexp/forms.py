@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loops.sexp.errors import DslTypeError, DslValueError, UnboundName
+from loops.sexp.errors import DslTypeError, DslValueError, LimitExceeded, UnboundName
 from loops.sexp.evaluator import Analyzer, Env, Evaluation, Exec, call_python, constant, special_form
 from loops.sexp.reader import Node
 from loops.sexp.values import NIL, Keyword, Symbol, is_list, to_source
@@ -317,10 +317,15 @@ def _log_message(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
 
     def log_message(env: Env, ev: Evaluation) -> Any:
         values = [run(env, ev) for run in parts]
+        cap = ev.limits.max_string_chars
         text = " ".join(
-            str(value) if isinstance(value, str) and not isinstance(value, Keyword) else to_source(value)
+            str(value) if isinstance(value, str) and not isinstance(value, Keyword)
+            else to_source(value, limit=cap + 1, check=ev.check_clock)
             for value in values
         )
+        if len(text) > cap:
+            raise LimitExceeded(f"log-message would make a message of more than {cap:,} characters "
+                                "(Limits.max_string_chars)", node, limit="max_string_chars")
         ev.log_message(text)
         return text
 

@@ -16,8 +16,8 @@ import loops.sexp.forms
 import loops.sexp.loop_forms  # noqa: F401
 from loops.errors import ConfigurationError
 from loops.sexp.errors import DslSyntaxError, LimitExceeded
-from loops.sexp.evaluator import SPECIAL_FORMS, Analyzer, Env, Evaluation, Exec, Limits
-from loops.sexp.host import Tool, WorkspaceContext, shell_command_tool, write_file_tool
+from loops.sexp.evaluator import SPECIAL_FORMS, Analyzer, Env, Evaluation, Exec, Limits, out_of_memory
+from loops.sexp.host import WITHHELD_TOOLS, Tool, WorkspaceContext, write_file_tool
 from loops.sexp.primitives import PRIMITIVES
 from loops.sexp.reader import Node, read
 from loops.sexp.values import to_dsl
@@ -41,7 +41,9 @@ class Interpreter:
     """Evaluates DSL programs; definitions persist between calls, as a REPL needs.
 
     - `tools`: names (``"echo"``, ``"math:add"``) to Python callables taking keyword arguments; each is
-      wrapped in a `Tool`. `system:execute_shell_command` and `system:write_file` are always there.
+      wrapped in a `Tool`. `system:write_file` is always there; `system:execute_shell_command` only when
+      given here (`loops.sexp.shell_command_tool()`): a program that names it otherwise is refused when
+      it is analysed, with an error saying how to grant it.
     - `context`: the `get_context` provider, a callable taking `query`, `inputs` and
       `matching_strategy` keyword arguments and returning a list of paths; by default a
       `WorkspaceContext` over `workspace`.
@@ -50,6 +52,8 @@ class Interpreter:
     - `limits`: the step budget, wall clock and recursion depth of each run.
     - `schemas`: names to pydantic models that `defatom`'s `(output_format ((type "json") (schema
       "NAME")))` may name, besides the built-in ones (`loops.sexp.atoms.SCHEMAS`).
+    - `atom_model`: the LM every atom runs on, over its own `(model ...)` clause (a `dspy.LM` or a model string
+      for `loops.lm.resolve`, e.g. "local"): a program written for a hosted model runs offline unchanged.
     """
 
     def __init__(
@@ -60,9 +64,15 @@ class Interpreter:
         workspace: str | os.PathLike[str] | None = None,
         limits: Limits | None = None,
         schemas: Mapping[str, type[BaseModel]] | None = None,
+        atom_model: Any = None,
     ):
         if context is not None and not callable(context):
             raise ConfigurationError(f"the context provider must be a callable, got {context!r}")
+        if atom_model is not None:
+            from loops.lm import resolve
+
+            atom_model = resolve(atom_model)
+        self.atom_model = atom_model
         self.limits = limits if limits is not None else Limits()
         self.workspace = workspace
         self.context = context if context is not None else WorkspaceContext(workspace)
@@ -71,7 +81,8 @@ class Interpreter:
         self.schemas = _checked_schemas(schemas)
         self.globals = Env(dict(PRIMITIVES))
         self.last_run: Evaluation | None = None
-        self.define("system:execute_shell_command", shell_command_tool(workspace))
+        # The tools the host has not granted: naming one is an error of the program, found before it runs.
+        self.withheld = dict(WITHHELD_TOOLS)
         self.define("system:write_file", write_file_tool(workspace))
         for name, function in (tools or {}).items():
             self.define(name, function if isinstance(function, Tool) else Tool(name, function))
@@ -82,6 +93,7 @@ class Interpreter:
         if name in SPECIAL_FORMS:
             raise ConfigurationError(f"{name!r} is a special form of the DSL; choose another name")
         self.globals.vars[name] = to_dsl(value)
+        self.withheld.pop(name, None)
         if getattr(value, "named_arguments", False):
             self.named_operators.add(name)
         else:
@@ -138,6 +150,8 @@ class Interpreter:
                     ev.value = run(env, ev)
                 except RecursionError:
                     raise LimitExceeded("recursion too deep for Python's stack", node, limit="max_depth") from None
+                except MemoryError:
+                    raise out_of_memory(node) from None
         return ev
 
     def eval_source(self, source: str, filename: str = "<string>", bindings: Mapping[str, Any] | None = None) -> Any:

@@ -27,12 +27,21 @@ one; there is no second loop implementation here.
       (context "")                                          ; optional
       (creator  (lambda (requirements context iteration) ...))         ; -> a draft
       (critic   (lambda (requirements draft iteration) ...))           ; -> a verdict
-      (iterator (lambda (requirements draft verdict iteration) ...)))  ; -> the revised draft
+      (iterator (lambda (requirements draft feedback iteration) ...)))  ; -> the revised draft
+
+A phase may be a person instead of a procedure, `(human)` or `(human "what to look for")`: e.g.
+`(critic (human))`. A person answers in an LLM role's place with that role's fields (the critic's
+`approved` and `feedback`, the evaluator's `status` and `feedback`, the Director's controller's `action`
+and `next_input`), in the iterative loop's validator and controller with their contract's (`passed`;
+`action` and `next_input`), exactly as `loops.human()` does in Python (`loops.person`); when nobody can
+answer, the program pauses with the stop reason `awaiting_input` (it needs a checkpoint) and resumes
+where it was.
 
 Clauses are checked when the program is analysed (missing, duplicate, unknown) and the phases when
 the form runs, before the loop starts (a procedure, of the contract's arity); each error points at
 its clause. A controller decides with `(list 'continue next-input)` or `(list 'stop value)`; a
-critic's verdict is `#t`/`#f`, `(list approved feedback)` or a record with `approved`. A malformed
+critic's verdict is `#t`/`#f`, `(list approved feedback)` or a record with `approved`; the iterator gets
+its feedback as text ("" when the verdict has none). A malformed
 decision or verdict, or any DSL error inside a phase, is a bug in the program: it propagates with
 its position. A limit (max-iterations, the run's time, LM calls, tokens) ends the loop gracefully
 with a warning; the form's value is then the last executor result (the last draft), nil when none
@@ -53,7 +62,8 @@ from typing import Any
 from loops.budget import MAX_ITERATIONS_CAP, Budget
 from loops.context import current_run
 from loops.contracts import CREATOR_CRITIC, DIRECTOR, EXECUTE_VALIDATE, PhaseContract, verdict_approved
-from loops.errors import ConfigurationError, ContractError, LimitReached
+from loops.errors import AwaitingInput, ConfigurationError, ContractError, LimitReached
+from loops.person import Human, human
 from loops.sexp.errors import ArityError, DslTypeError, DslValueError
 from loops.sexp.evaluator import (
     Analyzer,
@@ -66,10 +76,11 @@ from loops.sexp.evaluator import (
     run_closure,
     special_form,
 )
+from loops.sexp.primitives import get_field
 from loops.sexp.reader import Node
-from loops.sexp.values import NIL, to_dsl, to_source
+from loops.sexp.values import NIL, Symbol, is_list, to_dsl, to_source
 
-__all__ = ["LOOP_FORMS"]
+__all__ = ["LOOP_FORMS", "ProgramOutcome", "asks_a_person", "program_outcome"]
 
 
 @dataclass(frozen=True)
@@ -110,13 +121,39 @@ class _Attempt:
     def __repr__(self) -> str:  # what a checkpoint's digest of the controller's inputs sees
         return f"_Attempt({self.value!r})"
 
+    def __str__(self) -> str:  # what a person in the controller's place reads
+        return to_source(self.value)
+
 
 def _unbox(value: Any) -> Any:
     return value.value if type(value) is _Attempt else value
 
 
-def _analyze_clauses(analyzer: Analyzer, node: Node, form: LoopForm) -> dict[str, tuple[Node, Exec]]:
-    found: dict[str, tuple[Node, Exec]] = {}
+def _person(analyzer: Analyzer, node: Node, clause: str) -> Human | None:
+    """The person a phase clause's expression stands for, `(human)` or `(human "instructions")`; None when it is
+    an expression (a procedure)."""
+    items = node.value if node.is_list else ()
+    if not items or items[0].symbol != "human":
+        return None
+    if len(items) > 2 or (len(items) == 2 and type(items[1].value) is not str):
+        raise analyzer.syntax_error(f"{clause}: a person is (human) or (human \"what to look for\")", node)
+    return human(instructions=items[1].value if len(items) == 2 else "")
+
+
+def asks_a_person(nodes: list[Node]) -> bool:
+    """Whether a program asks a person anywhere (a loop form's phase `(human)`)."""
+    return any(item.is_list and (bool(item.value) and item.value[0].symbol == "human" or asks_a_person(
+        list(item.value))) for item in nodes)
+
+
+@special_form("human")
+def _human_elsewhere(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
+    raise analyzer.syntax_error("(human) is a person answering a loop form's phase: write it as the phase itself, "
+                                "e.g. (critic (human)) in a creator-critic-loop", node)
+
+
+def _analyze_clauses(analyzer: Analyzer, node: Node, form: LoopForm) -> dict[str, tuple[Node, Exec | Human]]:
+    found: dict[str, tuple[Node, Exec | Human]] = {}
     for clause in node.value[1:]:
         key = clause.value[0].symbol if clause.is_list and clause.value else None
         if key not in form.clauses:
@@ -128,7 +165,8 @@ def _analyze_clauses(analyzer: Analyzer, node: Node, form: LoopForm) -> dict[str
             raise analyzer.syntax_error(f"{form.name}: clause '{key}' is given twice", clause)
         if len(clause.value) != 2:
             raise analyzer.syntax_error(f"{form.name}: clause '{key}' takes one expression: ({key} expr)", clause)
-        found[key] = (clause, analyzer.analyze(clause.value[1]))
+        person = _person(analyzer, clause.value[1], f"{form.name}: {key}") if key in form.contracts else None
+        found[key] = (clause, person or analyzer.analyze(clause.value[1]))
     missing = [key for key in form.clauses if key not in found and key not in form.optional]
     if missing:
         raise analyzer.syntax_error(f"{form.name} is missing the clause ({missing[0]} ...) "
@@ -183,8 +221,11 @@ def _takes(closure: Closure) -> str:
 def _decision(clause: Node) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if type(value) is tuple and len(value) == 2 and isinstance(value[0], str) and value[0] in ("continue", "stop"):
-            return (str(value[0]), value[1])
-        raise DslValueError(f"the controller returned {to_source(value)[:80]}, which is not a decision: "
+            if type(value[0]) is Symbol:
+                return (str(value[0]), value[1])
+            raise DslValueError(f"the controller returned {to_source(value, limit=81)[:80]}: a decision starts with "
+                                f"a symbol, not a string; write (list '{value[0]} ...)", clause)
+        raise DslValueError(f"the controller returned {to_source(value, limit=81)[:80]}, which is not a decision: "
                             f"expected {_DECISION}", clause)
     return check
 
@@ -207,6 +248,12 @@ def _iterations(value: Any, clause: Node) -> int:
     return value
 
 
+def _test_command(value: Any, clause: Node) -> None:
+    if type(value) is not str:
+        raise DslTypeError(f"test-command must be a string, the command the validator runs (e.g. "
+                           f"\"python -m pytest -q\"), got {to_source(value, limit=81)[:80]}", clause)
+
+
 def _budget(max_iterations: int, ev: Evaluation, node: Node) -> Budget:
     """The loop's budget: its own iterations, within what is left of the enclosing run's."""
     outer = current_run()
@@ -218,7 +265,7 @@ def _budget(max_iterations: int, ev: Evaluation, node: Node) -> Budget:
     if budget.timeout_s is not None:
         limits["timeout_s"] = max(outer.time_left() or 0.0, 0.001)
     if budget.max_lm_calls is not None:
-        left = budget.max_lm_calls - outer.lm_calls
+        left = budget.max_lm_calls - outer.lm_calls - outer.replayed
         if left <= 0:
             raise LimitReached("lm_calls", f"{node.location}: no LM calls left for the loop")
         limits["max_lm_calls"] = left
@@ -253,6 +300,8 @@ def _fold(prediction: Any, form: LoopForm, ev: Evaluation, node: Node) -> None:
     if outer is not None:
         outer.trace.extend(prediction.trace)
         outer.lm_calls += prediction.lm_calls
+        outer.replayed += prediction.replayed
+        outer.cached += prediction.cached
         outer.usage.tokens += prediction.tokens
         if outer.usage.cost_usd is not None and prediction.cost_usd is not None:
             outer.usage.cost_usd += prediction.cost_usd
@@ -283,15 +332,18 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
     def analyze(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
         clauses = _analyze_clauses(analyzer, node, form)
         value_clauses = [key for key in ("max-iterations", *form.inputs, *form.optional) if key in clauses]
-        module = build({role: _dispatcher(role) for role in form.contracts}, analyzer.interpreter)
+        people = {role: clauses[role][1] for role in form.contracts if isinstance(clauses[role][1], Human)}
+        module = build({role: people.get(role) or _dispatcher(role) for role in form.contracts}, analyzer.interpreter)
 
         def run(env: Env, ev: Evaluation) -> Any:
             ev.tick(node)
             values = {key: clauses[key][1](env, ev) for key in value_clauses}
             max_iterations = _iterations(values["max-iterations"], clauses["max-iterations"][0])
+            if "test-command" in values:
+                _test_command(values["test-command"], clauses["test-command"][0])
             config = {key: values[key] for key in value_clauses}
             phases = {}
-            for role in form.contracts:
+            for role in (role for role in form.contracts if role not in people):  # in the contract's order
                 clause, procedure = clauses[role]
                 check = _decision(clause) if role == "controller" else _verdict(clause) if role == "critic" else None
                 phases[role] = _phase(form, role, clause, procedure(env, ev), config, ev, check)
@@ -301,22 +353,52 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
             try:
                 prediction = module(**inputs(values), budget=_budget(max_iterations, ev, node),
                                     **_checkpoint(ev, node))
+            except AwaitingInput as pause:  # a person is to answer: the program pauses with the loop's work
+                _fold(pause.prediction, form, ev, node)
+                raise
             finally:
                 _running_phases.reset(token)
             _fold(prediction, form, ev, node)
+            ev.last_loop = (prediction.stop_reason, bool(prediction.success))
             final = _unbox(prediction.final)
             return NIL if final is None else to_dsl(final)
 
         return run
 
 
+@dataclass(frozen=True)
+class ProgramOutcome:
+    """How a program run ended: its value, its stop reason and whether it succeeded (`program_outcome`)."""
+
+    value: Any
+    stop_reason: str
+    success: bool
+
+
+def program_outcome(ev: Evaluation) -> ProgramOutcome:
+    """The one rule of a DSL program's success (docs/dsl.md): a program whose value is a record with a boolean
+    `success` gives its own verdict (stop reason `completed`); else a program that ran a loop form ends as its
+    last loop form did (`approved`, `stopped`, `max_iterations`, ... and that loop's success); else it
+    succeeded by running to its end (`completed`)."""
+    value = ev.value
+    verdict = get_field(value, "success") if isinstance(value, dict) or is_list(value) else NIL
+    if isinstance(verdict, bool):
+        return ProgramOutcome(value, "completed", verdict)
+    if ev.last_loop is not None:
+        return ProgramOutcome(value, *ev.last_loop)
+    return ProgramOutcome(value, "completed", True)
+
+
 def _execute_validate(phases: dict[str, Any], interpreter: Any) -> Any:
     from loops.execute_validate import ExecuteValidateController
 
     executor = phases["executor"]
+    # A person in the executor's place writes the code as the built-in executor would.
+    boxed = executor if isinstance(executor, Human) else lambda current, iteration: _Attempt(executor(current,
+                                                                                                     iteration))
     # The phases work in the interpreter's workspace, where its shell tool runs.
     workspace = interpreter.workspace or os.getcwd()
-    return ExecuteValidateController(executor=lambda current, iteration: _Attempt(executor(current, iteration)),
+    return ExecuteValidateController(executor=boxed,
                                      validator=phases["validator"], controller=phases["controller"],
                                      workspace=workspace)
 

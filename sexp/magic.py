@@ -38,6 +38,7 @@ from loops.module import LoopModule
 from loops.runtime import RoleCalls, Run
 from loops.sexp.errors import DslError
 from loops.sexp.interpreter import AnalysedProgram, Interpreter
+from loops.sexp.loop_forms import ProgramOutcome, program_outcome
 from loops.sexp.values import NIL
 
 __all__ = ["DslErrorView", "SexpMagics", "interpreter", "load_ipython_extension"]
@@ -83,13 +84,13 @@ class _Cell(LoopModule):
 
     def _loop(self, run: Run, program: AnalysedProgram, bindings: dict[str, Any]) -> RoleCalls:
         run.next_iteration()
-        value = yield from run.call_phase("program", lambda bindings: self._evaluate(run, program, bindings),
-                                          bindings=bindings)
-        return run.finish("completed", final=value, success=True)
+        outcome = yield from run.call_phase("program", lambda bindings: self._evaluate(run, program, bindings),
+                                            bindings=bindings)
+        return run.finish(outcome.stop_reason, final=outcome.value, success=outcome.success)
 
-    def _evaluate(self, run: Run, program: AnalysedProgram, bindings: dict[str, Any]) -> Any:
+    def _evaluate(self, run: Run, program: AnalysedProgram, bindings: dict[str, Any]) -> ProgramOutcome:
         try:
-            return self._session.run(program, bindings).value
+            return program_outcome(self._session.run(program, bindings))
         finally:
             if self._session.last_run is not None:
                 run.warnings.extend(self._session.last_run.warnings)

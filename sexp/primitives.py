@@ -5,18 +5,23 @@ node; the evaluator attaches the call site. Numbers are ints and floats (boolean
 
 - lists: `list car cdr cons null? nil? length append`
 - arithmetic, variadic: `+ - * /` (`/` of two ints that divide exactly is an int, else a float);
-  comparisons, chained: `= < > <= >=`
+  comparisons, chained, of two numbers or more: `= < > <= >=` (as R7RS writes them; `(< x)` is an
+  arity error, not a comparison that holds)
 - `not eq? equal?`: `eq?` is identity, except that equal numbers of one type, equal strings, symbols
   and keywords, and empty lists are `eq?`; `equal?` compares structurally (numbers by value, lists
   item by item, records key by key), never a symbol with a string or a boolean with a number
-- strings: `string-append string=?` (symbols count as their names), `(string-contains? text part)`,
+- strings: `string-append`, `string=?` (two or more; symbols count as their names), `(string-contains? text part)`,
   `(string-split text [separator])` (on whitespace without one), `(string-join list [separator])`,
   `(to-string value)` (a string as it is, anything else as the REPL prints it)
 - records: `(get-field record name)` reads a dict's key, an association list's entry (a list of
   two-element lists whose first item is the name as a symbol or string) or a plain object's data
   attribute; a missing field, or any field of nil, is nil. Attribute names starting with `_`, and
-  attributes that are methods, modules or classes, are refused: the DSL reads data, it does not reach
-  into Python.
+  attributes that are methods, modules or classes, are refused, and so is any field of code (a
+  procedure, a tool, an atom) or of the interpreter's own objects: the DSL reads data, it does not
+  reach into Python nor into the interpreter that runs it.
+- sizes: a string, list or integer that a primitive would make over `Limits.max_string_chars`,
+  `max_list_items` or `max_int_digits` raises `LimitExceeded` before it is made; `equal?` and
+  `to-string`, which walk a value however much it shares, look at the run's clock as they go.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from loops.sexp.errors import ArityError, DslTypeError, DslValueError
+from loops.sexp.errors import ArityError, DslTypeError, DslValueError, LimitExceeded
+from loops.sexp.evaluator import current_evaluation, current_limits
 from loops.sexp.values import NIL, Keyword, Symbol, is_list, to_dsl, to_source
 
 __all__ = ["PRIMITIVES", "primitive"]
@@ -50,8 +56,48 @@ def primitive(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def _describe(value: Any) -> str:
-    text = to_source(value)
+    text = to_source(value, limit=61)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+# -- size caps (`Limits.max_string_chars`, `max_list_items`, `max_int_digits`) ------------------------
+# Sizes are checked before a value is built where they can be known (a join's length is the sum of its
+# parts'), so an oversized value is refused before it takes the time and memory to make.
+
+# Integers inside (-2**63, 2**63) are under every allowed cap (`MIN_INT_DIGITS`): the fast paths of
+# arithmetic compare with these bounds and look at the cap only beyond them.
+_SMALL_INT, _MINUS_SMALL_INT = 2**63, -(2**63)
+
+
+def _checked_int(name: str, value: Any) -> Any:
+    if type(value) is int and value.bit_length() > current_limits().max_int_bits:
+        raise _int_limit(name)
+    return value
+
+
+def _int_limit(name: str) -> LimitExceeded:
+    return LimitExceeded(f"'{name}' would make an integer of more than {current_limits().max_int_digits:,} digits "
+                         "(Limits.max_int_digits)", limit="max_int_digits")
+
+
+def _check_chars(name: str, chars: int) -> None:
+    cap = current_limits().max_string_chars
+    if chars > cap:
+        raise LimitExceeded(f"'{name}' would make a string of more than {cap:,} characters "
+                            "(Limits.max_string_chars)", limit="max_string_chars")
+
+
+def _check_items(name: str, items: int) -> None:
+    cap = current_limits().max_list_items
+    if items > cap:
+        raise LimitExceeded(f"'{name}' would make a list of more than {cap:,} items (Limits.max_list_items)",
+                            limit="max_list_items")
+
+
+def _clock() -> Callable[[], None] | None:
+    """What a primitive that walks a value calls now and then: the run's clock check."""
+    ev = current_evaluation()
+    return ev.check_clock if ev is not None else None
 
 
 # The exact types that the two-argument fast paths of arithmetic and comparisons accept.
@@ -89,21 +135,26 @@ def _text(name: str, value: Any) -> str:
 @primitive("+")
 def add(*args: Any) -> Any:
     if len(args) == 2 and type(args[0]) in _PLAIN_NUMBERS and type(args[1]) in _PLAIN_NUMBERS:
-        return args[0] + args[1]
+        result = args[0] + args[1]
+        return result if _MINUS_SMALL_INT < result < _SMALL_INT else _checked_int("+", result)
     _numbers("+", args)
-    return sum(args)
+    result = 0
+    for value in args:
+        result = _checked_int("+", result + value)
+    return result
 
 
 @primitive("-")
 def subtract(*args: Any) -> Any:
     if len(args) == 2 and type(args[0]) in _PLAIN_NUMBERS and type(args[1]) in _PLAIN_NUMBERS:
-        return args[0] - args[1]
+        result = args[0] - args[1]
+        return result if _MINUS_SMALL_INT < result < _SMALL_INT else _checked_int("-", result)
     _numbers("-", args, at_least=1)
     if len(args) == 1:
         return -args[0]
     result = args[0]
     for value in args[1:]:
-        result -= value
+        result = _checked_int("-", result - value)
     return result
 
 
@@ -111,9 +162,13 @@ def subtract(*args: Any) -> Any:
 def multiply(*args: Any) -> Any:
     _numbers("*", args)
     result = 1
+    bits = current_limits().max_int_bits
     for value in args:
+        # A product has at least as many bits as its factors together, less one: checked before it is made.
+        if type(result) is int and type(value) is int and result.bit_length() + value.bit_length() - 1 > bits:
+            raise _int_limit("*")
         result *= value
-    return result
+    return _checked_int("*", result)
 
 
 @primitive("/")
@@ -134,7 +189,7 @@ def _comparison(name: str, holds: Callable[[Any, Any], bool]) -> Callable[..., b
     def compare(*args: Any) -> bool:
         if len(args) == 2 and type(args[0]) in _PLAIN_NUMBERS and type(args[1]) in _PLAIN_NUMBERS:
             return holds(args[0], args[1])
-        _numbers(name, args, at_least=1)
+        _numbers(name, args, at_least=2)
         return all(holds(left, right) for left, right in zip(args, args[1:], strict=False))
 
     compare.__name__ = compare.__qualname__ = f"compare_{name}"
@@ -190,8 +245,12 @@ def equal(left: Any, right: Any) -> bool:
     # compared count as equal, so self-containing host lists terminate.
     pending = [(left, right)]
     seen: set[tuple[int, int]] = set()
+    clock, count = _clock(), 0
     while pending:
         a, b = pending.pop()
+        count += 1
+        if clock is not None and not count & _CLOCK_MASK:
+            clock()
         if a is b:
             continue
         kind = _kind(a)
@@ -212,6 +271,10 @@ def equal(left: Any, right: Any) -> bool:
         elif a != b:
             return False
     return True
+
+
+# How often a primitive that walks a value looks at the clock: every 65,536 items.
+_CLOCK_MASK = 0xFFFF
 
 
 # -- lists -----------------------------------------------------------------------------------------
@@ -244,6 +307,7 @@ def cons(item: Any, rest: Any) -> tuple[Any, ...]:
         raise DslTypeError(
             f"'cons' expects a list as its second argument (there are no dotted pairs), got {_describe(rest)}"
         )
+    _check_items("cons", len(rest) + 1)
     return (item, *rest)
 
 
@@ -261,9 +325,10 @@ def length(value: Any) -> int:
 
 @primitive("append")
 def append(*lists: Any) -> tuple[Any, ...]:
+    _check_items("append", sum(len(_a_list("append", value)) for value in lists))
     result: list[Any] = []
     for value in lists:
-        result.extend(_a_list("append", value))
+        result.extend(value)
     return tuple(result)
 
 
@@ -272,13 +337,14 @@ def append(*lists: Any) -> tuple[Any, ...]:
 
 @primitive("string-append")
 def string_append(*parts: Any) -> str:
-    return "".join([str(_text("string-append", part)) for part in parts])
+    _check_chars("string-append", sum(len(_text("string-append", part)) for part in parts))
+    return "".join([str(part) for part in parts])
 
 
 @primitive("string=?")
 def string_equal(*args: Any) -> bool:
-    if not args:
-        raise ArityError("'string=?' expects at least 1 argument, got 0")
+    if len(args) < 2:
+        raise ArityError(f"'string=?' expects at least 2 arguments, got {len(args)}")
     texts = [str(_text("string=?", value)) for value in args]
     return all(text == texts[0] for text in texts)
 
@@ -294,19 +360,30 @@ def string_split(text: Any, separator: Any = None) -> tuple[str, ...]:
     if separator is not None and not str(_text("string-split", separator)):
         raise DslValueError("'string-split' needs a non-empty separator")
     sep = None if separator is None else str(separator)
-    return tuple(str(_text("string-split", text)).split(sep))
+    cap = current_limits().max_list_items
+    # At most one split more than the cap: enough to know it is over, without making all the pieces.
+    pieces = str(_text("string-split", text)).split(sep, cap)
+    _check_items("string-split", len(pieces))
+    return tuple(pieces)
 
 
 @primitive("string-join")
 def string_join(parts: Any, separator: Any = " ") -> str:
-    return str(_text("string-join", separator)).join(str(_text("string-join", part))
-                                                      for part in _a_list("string-join", parts))
+    glue = str(_text("string-join", separator))
+    texts = [str(_text("string-join", part)) for part in _a_list("string-join", parts)]
+    _check_chars("string-join", sum(map(len, texts)) + len(glue) * max(len(texts) - 1, 0))
+    return glue.join(texts)
 
 
 @primitive("to-string")
 def to_string(value: Any) -> str:
     """A string as it is; any other value as the REPL prints it."""
-    return str(value) if isinstance(value, str) and not isinstance(value, Keyword) else to_source(value)
+    if isinstance(value, str) and not isinstance(value, Keyword):
+        return str(value)
+    cap = current_limits().max_string_chars
+    text = to_source(value, limit=cap + 1, check=_clock())
+    _check_chars("to-string", len(text))
+    return text
 
 
 # -- records ---------------------------------------------------------------------------------------
@@ -324,10 +401,19 @@ def get_field(record: Any, name: Any) -> Any:
             if is_list(entry) and len(entry) == 2 and isinstance(entry[0], str) and str(entry[0]) == key:
                 return to_dsl(entry[1])
         return NIL
+    if _is_code(record):
+        raise DslTypeError(f"'get-field' reads data, and {_describe(record)} is code: it has no fields")
     if key.startswith("_"):
         raise DslValueError(f"'get-field' refuses the private name '{key}'")
     value = getattr(record, key, None)
-    if callable(value) or isinstance(value, types.ModuleType) or inspect.isclass(value):
+    if _is_code(value):
         raise DslTypeError(f"'get-field': field '{key}' of {_describe(record)} is not data (it is code)")
     return to_dsl(value)
+
+
+def _is_code(value: Any) -> bool:
+    """Procedures, tools, atoms, modules, classes, and the interpreter's own objects (its scopes, its
+    runs): what a program may call or pass along, never look into."""
+    return (callable(value) or isinstance(value, types.ModuleType) or inspect.isclass(value)
+            or (type(value).__module__.startswith("loops.sexp.") and not isinstance(value, str)))
 

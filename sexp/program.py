@@ -13,9 +13,10 @@ with `checkpoint` and `run_id` the program's atom calls and its loops are record
 replays them without calling the LM again),
 as one run of the loop runtime: atoms called anywhere in it are role calls of that run (traced,
 budget-checked, retried), and a loop form's run folds into it. The prediction has `result` (the value
-of the last form) with the runtime's result fields (`final` is `result`; `success` is True when the
-program ran to its end, `stop_reason` "completed"; a spent budget stops it gracefully, with the
-warnings and trace so far). A DSL error raises, with its position.
+of the last form) with the runtime's result fields (`final` is `result`; `success` and `stop_reason` by
+`loops.sexp.loop_forms.program_outcome`: the program's own verdict, else its last loop form's, else
+"completed" and True; a spent budget stops it gracefully, with the warnings and trace so far). A DSL error
+raises, with its position.
 
 Top-level `defatom`s are the module's predictors, named by their DSL names, so `save()`/`load()` and
 every teleprompter see them before the program runs.
@@ -37,14 +38,16 @@ from loops.context import current_run
 from loops.contracts import contracts
 from loops.errors import ConfigurationError
 from loops.module import LoopModule
+from loops.person import human, nobody_to_answer
 from loops.runtime import RoleCalls, Run
 from loops.sexp.atoms import atom_predictors
 from loops.sexp.errors import LimitExceeded
-from loops.sexp.evaluator import Env, Limits
+from loops.sexp.evaluator import Env, Limits, out_of_memory
 from loops.sexp.interpreter import Interpreter
+from loops.sexp.loop_forms import ProgramOutcome, asks_a_person, program_outcome
 from loops.sexp.values import to_dsl
 
-__all__ = ["SexpProgram", "compile"]
+__all__ = ["SexpProgram", "compile", "read_program"]
 
 
 class SexpProgram(LoopModule):
@@ -56,12 +59,13 @@ class SexpProgram(LoopModule):
     def __init__(self, source: str, filename: str = "<string>", *,
                  tools: Mapping[str, Callable[..., Any]] | None = None, context: Callable[..., Any] | None = None,
                  workspace: str | os.PathLike[str] | None = None, limits: Limits | None = None,
-                 schemas: Mapping[str, type[BaseModel]] | None = None, **options: Any):
+                 schemas: Mapping[str, type[BaseModel]] | None = None, atom_model: Any = None, **options: Any):
         options.setdefault("max_iterations", 1)
         super().__init__(**options)
         self.source = source
         self.filename = filename
-        self._interpreter = Interpreter(tools, context, workspace=workspace, limits=limits, schemas=schemas)
+        self._interpreter = Interpreter(tools, context, workspace=workspace, limits=limits, schemas=schemas,
+                                        atom_model=atom_model)
         self._program = self._interpreter.analyze(source, filename)
         top_level = {node.value[1].symbol for node in self._program.nodes
                      if node.is_list and len(node.value) > 1 and node.value[0].symbol == "defatom"}
@@ -72,6 +76,12 @@ class SexpProgram(LoopModule):
                                          "rename the atom (e.g. with a user: prefix)")
             setattr(self, name, self._interpreter.atoms[name].predictor)
             self._llm_roles.append(name)
+
+    @property
+    def atom_models(self) -> dict[str, str]:
+        """The top-level atoms that name their own model (`(model ...)`), with the model string they name."""
+        atoms = self._interpreter.atoms
+        return {name: atoms[name].model for name in self._atom_names if atoms[name].model is not None}
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
         options, bindings = _call_options(inputs)
@@ -85,12 +95,17 @@ class SexpProgram(LoopModule):
         """The atoms' prompts and the program's text: a checkpoint of another program does not replay."""
         return f"{super().fingerprint()}:{stable_hash(self.source)}"
 
+    def _check_people_can_answer(self) -> None:
+        """A program whose loop forms ask a person `(human)` needs someone to answer here, or a checkpoint."""
+        if asks_a_person(self._program.nodes) and not human().can_answer():
+            raise nobody_to_answer(["(human) phase of the program"])
+
     def _loop(self, run: Run, bindings: dict[str, Any]) -> RoleCalls:
         run.next_iteration()
-        value = yield from run.call_phase("program", self._evaluate, bindings=bindings)
-        return run.finish("completed", final=value, success=True)
+        outcome = yield from run.call_phase("program", self._evaluate, bindings=bindings)
+        return run.finish(outcome.stop_reason, final=outcome.value, success=outcome.success)
 
-    def _evaluate(self, bindings: dict[str, Any]) -> Any:
+    def _evaluate(self, bindings: dict[str, Any]) -> ProgramOutcome:
         interpreter = self._interpreter
         ev = interpreter.start_evaluation()
         # The run's own copy of the globals: a `set!` of a primitive's or a tool's name stays in this run.
@@ -104,12 +119,14 @@ class SexpProgram(LoopModule):
                         ev.value = run_form(env, ev)
                     except RecursionError:  # a DSL error, not a failed phase for the runtime to retry
                         raise LimitExceeded("recursion too deep for Python's stack", node, limit="max_depth") from None
+                    except MemoryError:
+                        raise out_of_memory(node) from None
+            return program_outcome(ev)
         finally:
             atom_predictors.reset(token)
             run = current_run()
             if run is not None:
                 run.warnings.extend(ev.warnings)
-        return ev.value
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SexpProgram:
         """The analysed program is shared (it holds no run state); the atoms' predictors are copied."""
@@ -130,6 +147,23 @@ def _call_options(inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     return options, inputs
 
 
+def read_program(path: Path) -> str:
+    """The text of the DSL program at `path`; a file that cannot be read, or that is not UTF-8 text, is a
+    one-line `ConfigurationError` naming the file and the position of the first bad byte."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the DSL program {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = len(data[line_start:exc.start].decode("utf-8", "replace")) + 1
+        raise ConfigurationError(f"{path}:{line}:{column}: the DSL program is not UTF-8 text (byte "
+                                 f"0x{data[exc.start]:02x} cannot be read); save it as UTF-8") from None
+
+
 def compile(source_or_path: str | os.PathLike[str], tools: Mapping[str, Callable[..., Any]] | None = None,
             context: Callable[..., Any] | None = None, **options: Any) -> SexpProgram:
     """Read and analyse a DSL program (its text, or the path of a `.sexp` file) into a `SexpProgram`.
@@ -138,17 +172,14 @@ def compile(source_or_path: str | os.PathLike[str], tools: Mapping[str, Callable
     `context` answers `get_context` (a callable taking `query`, `inputs` and `matching_strategy`
     keyword arguments, returning a list of paths). Other options: `workspace` (where the shell tool
     and the default context provider work), `limits` (`loops.sexp.Limits`: steps, wall clock, depth),
-    `schemas` (names to pydantic models for defatom's `output_format`) and the loop module's own
+    `schemas` (names to pydantic models for defatom's `output_format`), `atom_model` (the LM every atom runs
+    on, over its own `(model ...)`: an LM or a model string such as "local") and the loop module's own
     (`budget`, `retry`, `strict`, `history_window`, `checkpoint`, ...).
     """
     if isinstance(source_or_path, os.PathLike) or (
             isinstance(source_or_path, str) and source_or_path.endswith(".sexp") and "\n" not in source_or_path):
         path = Path(source_or_path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigurationError(f"cannot read the DSL program {str(path)!r}: {exc.strerror or exc}") from None
-        return SexpProgram(text, str(path), tools=tools, context=context, **options)
+        return SexpProgram(read_program(path), str(path), tools=tools, context=context, **options)
     if not isinstance(source_or_path, str):
         raise ConfigurationError(f"compile takes DSL source text or a path, got {type(source_or_path).__name__}")
     return SexpProgram(source_or_path, tools=tools, context=context, **options)

@@ -19,6 +19,7 @@ nil and one kind of list. There are no improper (dotted) pairs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["NIL", "Keyword", "Symbol", "is_list", "to_dsl", "to_source"]
@@ -81,18 +82,30 @@ class _Leave:
         self.text = text
 
 
-def to_source(value: Any) -> str:
+def to_source(value: Any, limit: int | None = None, check: Callable[[], None] | None = None) -> str:
     """The text of `value` in DSL syntax: `read` gives the value back for numbers, strings, booleans,
     symbols, keywords and lists of them. Records print as `{key: value, ...}` and procedures as
     `#<procedure name>`; neither can be read back.
 
     Iterative, so a deeply nested value prints without Python recursion; a container that contains
-    itself prints as `...` where it recurs.
+    itself prints as `...` where it recurs. With `limit`, printing stops once the text has at least
+    that many characters (a list that shares its items may print far longer than it is); `check` is
+    called every 65,536 items (a run's clock).
     """
     out: list[str] = []
     stack: list[Any] = [value]
     open_containers: set[int] = set()
+    length = measured = count = 0  # the text of out[:measured] is `length` characters long
     while stack:
+        count += 1
+        if not count & 0xFF:
+            if limit is not None:
+                length += sum(map(len, out[measured:]))
+                measured = len(out)
+                if length >= limit:
+                    break
+            if check is not None and not count & 0xFFFF:
+                check()
         item = stack.pop()
         if type(item) is _Text:
             out.append(item)

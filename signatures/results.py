@@ -85,7 +85,8 @@ class ValidationResult(_Frozen):
 
     `error` is set when the run itself went wrong (timeout, crash of the harness), as opposed to the
     command merely failing, which only shows in `exit_code`. `passed`/`failed` are test counts when
-    the validator knows them.
+    the validator knows them. `escaped` lists the processes the command started that had left its
+    process group (`setsid`, a daemon) and were killed when it ended ("pid N: command line").
     """
 
     stdout: str = ""
@@ -96,6 +97,7 @@ class ValidationResult(_Frozen):
     failed: int | None = None
     timed_out: bool = False
     seconds: float | None = None
+    escaped: list[str] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -210,8 +210,8 @@ def test_the_readme_and_the_docs_use_only_what_the_modules_export():
 
 
 def test_every_error_the_library_raises_is_drawn_in_the_tree():
-    drawn = set(re.findall(r"^\s*(?:[│ ]*[├└]── )?(\w+(?:Error|Reached|Passed|Divergence|Failed))\b", errors.__doc__,
-                           re.M))
+    drawn = set(re.findall(r"^\s*(?:[│ ]*[├└]── )?(\w+(?:Error|Reached|Passed|Divergence|Failed|Input))\b",
+                           errors.__doc__, re.M))
     defined = {name for name, value in vars(errors).items() if isinstance(value, type) and issubclass(value, Exception)}
     assert defined | {"DslError"} == drawn
     assert issubclass(errors.DeadlinePassed, errors.LimitReached) and issubclass(errors.DeadlinePassed, TimeoutError)

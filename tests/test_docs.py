@@ -36,3 +36,15 @@ def test_a_documented_example_gives_the_value_shown(source, shown):
     setup = "(define x 1) (define total 10) (define n 0) (define s 0) (define (f x y) (+ x y))"
     value = evaluate(f"{setup} {source}")
     assert to_source(value) == shown
+
+
+RELIABILITY = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
+
+
+def test_every_test_docs_reliability_names_exists():
+    root = Path(__file__).resolve().parents[1]
+    named = re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", RELIABILITY)
+    assert len(named) >= 25
+    missing = [(path, name) for path, name in named
+               if not (root / path).is_file() or (name and f"def {name}(" not in (root / path).read_text())]
+    assert not missing, f"docs/reliability.md names tests that do not exist: {missing}"

@@ -1,3 +1,5 @@
+import subprocess
+import sys
 import typing
 
 import loops
@@ -7,6 +9,7 @@ from loops.signatures.results import ControllerDecision, StructuredAnalysisResul
 
 def test_the_public_api_is_exactly_what_all_lists():
     assert set(loops.__all__) == {
+        "AnswerError", "AwaitingInput", "Question", "answer", "answering", "human", "pending_question",
         "Budget", "CREATOR_CRITIC", "CallableValidator", "CodeRequest", "CommandNotFoundError", "ConfigurationError",
         "ContractError", "ControllerDecision", "CreatorCriticIterator", "DIRECTOR", "DeadlinePassed", "DecisionError",
         "DirectorExecutorEvaluatorController", "EXECUTE_VALIDATE", "ExecuteValidateController", "LimitReached",
@@ -56,3 +59,16 @@ def test_errors_form_one_hierarchy_split_into_misuse_and_run_failures():
                   loops.ContractError):
         assert issubclass(error, loops.LoopsError)
     assert not issubclass(loops.DecisionError, loops.RunError)  # a developer's bug, never a graceful stop
+
+
+def test_import_loops_and_loops_help_load_neither_dspy_nor_litellm():
+    # What start-up costs is measured by benchmarks/startup.py; this pins why it is cheap: nothing heavy is
+    # imported before a name is used or a command runs.
+    program = ("import sys\nimport loops\nbare = sorted({'dspy', 'litellm'} & set(sys.modules))\n"
+               "from loops.cli import main\nsys.argv = ['loops', '--help']\ntry:\n    main()\nexcept SystemExit:\n"
+               "    pass\nprint(bare, sorted({'dspy', 'litellm'} & set(sys.modules)), file=sys.stderr)")
+    checked = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+
+    assert checked.stderr.strip().splitlines()[-1] == "[] []", checked.stderr
+    assert "Usage:" in checked.stdout
+    assert loops.CreatorCriticIterator.__module__ == "loops.creator_critic"  # a name is imported when first used

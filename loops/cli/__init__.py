@@ -1,18 +1,28 @@
 """The `loops` command: run a loop pattern from the shell with a live view of every role call.
 
+\b
 Exit codes:
 0  success: the critic approved, the tests pass, the evaluator passed it, the program ran to its end
 1  the loop ended without success (a program: a budget or a limit stopped it)
 2  a usage or configuration error, in one line on stderr (before any LM call where it can be known);
    for `loops run`, an error in the program, with its position and a caret
 3  the run failed (stop reason "error")
+4  the run waits for a person's answer (stop reason "awaiting_input", a --human role or a (human) phase
+   with nobody at the terminal): `loops runs answer FILE RUN_ID --set ...`, then the same command resumes
+
+`loops batch` says the same of a whole batch: 0 every example succeeded, 1 some did not (or their loop
+raised), 2 a usage or configuration error (at the latest at the first example it fails, with nothing of
+it recorded), 3 the batch itself failed (its output could not be written, its Ray cluster went away),
+130 interrupted by Ctrl-C (a line says how many examples are done; the same command resumes).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
+import click
 import typer
 from typer.core import TyperGroup
 
@@ -28,6 +38,10 @@ class _OneLineErrors(TyperGroup):
     says what to fix, and a usage box or a traceback would only bury it."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not sys.stdout.isatty():
+            _plain_help(self)
+            kwargs.setdefault("terminal_width", _help_width())
+            kwargs.setdefault("max_content_width", _help_width())
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except (typer.TyperException, ConfigurationError) as exc:  # the former: a bad option, a missing argument
@@ -38,6 +52,23 @@ class _OneLineErrors(TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else EXIT_SUCCESS)
+
+
+def _plain_help(command: click.Command) -> None:
+    """Help as plain text, for a pipe or a file: rich's boxed columns, squeezed to a width no terminal
+    sets, wrap every option's help into a narrow column."""
+    command.rich_markup_mode = None
+    for subcommand in getattr(command, "commands", {}).values():
+        _plain_help(subcommand)
+
+
+def _help_width() -> int:
+    """The width of help text with no terminal to measure: TERMINAL_WIDTH or COLUMNS, else 100."""
+    for variable in ("TERMINAL_WIDTH", "COLUMNS"):
+        value = os.environ.get(variable, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 100
 
 
 def _usage_error(message: str) -> int:
@@ -61,7 +92,7 @@ app.command()(patterns.direct)
 app.command("run")(programs.run_program)
 app.command()(programs.repl)
 app.add_typer(runs.app, name="runs", help="The runs a --checkpoint file holds: `loops runs list FILE`, "
-              "`loops runs show FILE RUN_ID`")
+              "`loops runs show FILE RUN_ID`, `loops runs answer FILE RUN_ID --set FIELD=VALUE`")
 app.command("optimize")(datasets.optimize_command)
 app.command("eval")(datasets.eval_command)
 app.command("batch")(datasets.batch_command)

@@ -16,13 +16,27 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import dspy
 import typer
 
-from loops.cli.options import ModelChoice, console, load_program, name_value_pairs, with_options
+from loops.cli.options import (
+    EXIT_INTERRUPTED,
+    EXIT_NO_SUCCESS,
+    EXIT_RUN_FAILED,
+    EXIT_SUCCESS,
+    EXIT_USAGE,
+    ModelChoice,
+    ShellGrant,
+    console,
+    load_program,
+    name_value_pairs,
+    with_options,
+)
 from loops.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import dspy
 
 __all__ = ["batch_command", "eval_command", "load_examples", "load_sets", "optimize_command"]
 
@@ -36,6 +50,8 @@ MaxIterationsOption = Annotated[int | None, typer.Option(
 SamplesOption = Annotated[int | None, typer.Option(
     min=1, max=100, help="fix: candidates per iteration [default: by model]")]
 ThreadsOption = Annotated[int, typer.Option(min=1, max=64, help="Examples run at once")]
+VerboseOption = Annotated[bool, typer.Option("--verbose", help="Show DSPy's own log lines (its optimizers' INFO "
+                                             "messages) above the progress display")]
 
 
 def _data_form(kind: str, data: str) -> str:
@@ -86,6 +102,7 @@ def optimize_command(
     kind: KindArgument,
     data: DataOption,
     choice: ModelChoice,
+    grant: ShellGrant,
     optimizer: Annotated[str, typer.Option(
         help="bootstrap | random-search | mipro | gepa | simba | draws (fix only: its candidates chosen on train)")
     ] = "bootstrap",
@@ -102,20 +119,24 @@ def optimize_command(
     keep_optimized: Annotated[bool, typer.Option(
         "--keep-optimized", help="Keep the optimizer's program even if it scores no higher than the loop as it "
         "was [default: keep the better, the loop as it was on a tie]")] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Score a loop on the validation examples, optimize it on the training ones, score it again, and save
     the better of the two (never a regression, unless --keep-optimized)."""
+    import dspy
+
     import loops.optimize
 
     if out.suffix != ".json":
         raise ConfigurationError(f"--out {str(out)!r}: the optimized program is saved as a .json file")
-    module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
+    module = _program(kind, program, grant, max_iterations=max_iterations, samples=samples)
     trainset, valset = load_sets(kind, data, train, val)
     lm = choice.resolve()
     started = time.monotonic()
     with dspy.context(lm=lm):
         _, report = loops.optimize.run(module, trainset, valset, optimizer=optimizer, out=out, num_threads=threads,
-                                       keep="optimized" if keep_optimized else "better", **_options(option or []))
+                                       keep="optimized" if keep_optimized else "better", verbose=verbose,
+                                       **_options(option or []))
     console.print(report.summary(), highlight=False, soft_wrap=True)
     console.print(f"saved to {out} ({time.monotonic() - started:.0f} s in all)", highlight=False, soft_wrap=True)
 
@@ -125,22 +146,26 @@ def eval_command(
     kind: KindArgument,
     data: DataOption,
     choice: ModelChoice,
+    grant: ShellGrant,
     program: ProgramOption = None,
     val: Annotated[int | None, typer.Option(min=1, help="Examples at most")] = None,
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
     threads: ThreadsOption = 1,
+    verbose: VerboseOption = False,
 ) -> None:
     """Score a loop (or a saved one, --program) on the validation examples of --data."""
+    import dspy
+
     import loops.optimize
 
-    module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
+    module = _program(kind, program, grant, max_iterations=max_iterations, samples=samples)
     _, valset = load_sets(kind, data, None, val)
     if not valset:
         raise ConfigurationError(f"--data {data!r} holds no validation examples for {kind}")
     lm = choice.resolve()
     with dspy.context(lm=lm):
-        score, stage = loops.optimize.evaluate(module, valset, num_threads=threads)
+        score, stage = loops.optimize.evaluate(module, valset, num_threads=threads, verbose=verbose)
     console.print(f"{kind}: score {score.score:.3f}; solved {score.solved} of {score.examples}; "
                   f"{stage.lm_calls} LM calls, {stage.tokens} tokens, {stage.seconds:.1f} s",
                   highlight=False, soft_wrap=True)
@@ -151,29 +176,52 @@ def batch_command(
     kind: KindArgument,
     data: DataOption,
     choice: ModelChoice,
+    grant: ShellGrant,
     out: Annotated[Path, typer.Option(help="JSON-lines file results are appended to; a rerun skips what it holds")],
-    concurrency: Annotated[int, typer.Option(min=1, max=10_000, help="Loops running at once")] = 16,
-    backend: Annotated[str, typer.Option(help="asyncio (in this process) | ray (each example on a Ray worker)")] = (
+    concurrency: Annotated[int, typer.Option(min=1, max=10_000, help="Loops running at once (all actors')")] = 16,
+    backend: Annotated[str, typer.Option(help="asyncio (in this process) | ray (on Ray actors, many loops each)")] = (
         "asyncio"),
-    address: Annotated[str | None, typer.Option(help="A running Ray cluster's address (--backend ray)")] = None,
+    address: Annotated[str | None, typer.Option(
+        help="A running Ray cluster's address (--backend ray); without it, a local instance on 127.0.0.1")] = None,
     split: Annotated[str | None, typer.Option(help="Only the examples of this split (train, validation, ...)")] = None,
+    retry_failed: Annotated[bool, typer.Option(
+        "--retry-failed", help="Run again the examples --out records as failed (their loop raised)")] = False,
     program: ProgramOption = None,
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
 ) -> None:
-    """Run a loop on every example of --data, many at once, streaming one result per line to --out."""
+    """Run a loop on every example of --data, many at once, streaming one result per line to --out.
+
+    Exit codes: 0 every example succeeded; 1 some did not (or their loop raised); 2 a usage or configuration
+    error (before any LM call where it can be known, else at the first example it fails); 3 the batch
+    itself failed; 130 interrupted (Ctrl-C). Rerunning the same command resumes.
+    """
+    import dspy
+
     import loops.batch
     from loops.optimize.runner import default_metric
 
-    module = load_program(kind, program, max_iterations=max_iterations, samples=samples)
+    module = _program(kind, program, grant, max_iterations=max_iterations, samples=samples)
     examples = load_examples(kind, data, split)
     lm = choice.resolve()
-    with dspy.context(lm=lm):
-        summary = loops.batch.run(module, examples, out=out, backend=backend, concurrency=concurrency,
-                                  address=address, metric=default_metric(module))
+    try:
+        with dspy.context(lm=lm):
+            summary = loops.batch.run(module, examples, out=out, backend=backend, concurrency=concurrency,
+                                      address=address, metric=default_metric(module), retry_failed=retry_failed)
+    except KeyboardInterrupt as stop:
+        typer.echo(str(stop) or "interrupted", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except ConfigurationError:
+        raise
+    except Exception as exc:  # the batch itself, not an example: its cluster went away, out could not be written
+        typer.echo(f"error: the batch failed: {type(exc).__name__}: {' '.join(str(exc).split())}; what {out} holds "
+                   "stays done, and the same command resumes", err=True)
+        raise typer.Exit(EXIT_RUN_FAILED) from None
+    startup = f" (+ {summary.startup_seconds:.1f} s start-up, {summary.workers} Ray actors)" if backend == "ray" else ""
     console.print(f"{summary.finished} finished ({summary.succeeded} succeeded), {summary.failed} failed, "
-                  f"{summary.skipped} already in {out}; {summary.seconds:.1f} s, {summary.per_second:.2f} loops/s",
-                  highlight=False, soft_wrap=True)
+                  f"{summary.skipped} already in {out}; {summary.seconds:.1f} s{startup}, "
+                  f"{summary.per_second:.2f} loops/s", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_SUCCESS if summary.all_succeeded else EXIT_NO_SUCCESS)
 
 
 def load_examples(kind: str, data: str, split: str | None) -> list[dspy.Example]:
@@ -186,3 +234,15 @@ def load_examples(kind: str, data: str, split: str | None) -> list[dspy.Example]
     if form == "mbpp":
         return datasets.mbpp(data, split or "all")
     return datasets.jsonl(data, split=split)
+
+
+def _program(kind: str, program: Path | None, grant: ShellGrant, **arguments: Any) -> Any:
+    """The program a dataset command runs (`load_program`), with the tools granted to it; an error in a DSL
+    program is shown with its position and caret, exit 2, as `loops run` shows it."""
+    from loops.sexp import DslError
+
+    try:
+        return load_program(kind, program, tools=grant.tools(kind), **arguments)
+    except DslError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(EXIT_USAGE) from None

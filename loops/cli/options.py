@@ -11,37 +11,78 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import importlib
 import inspect
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
-import dspy
 import typer
 from rich.console import Console
 
-from loops.adapters import ADAPTERS
-from loops.code.defaults import POLICIES
-from loops.creator_critic import CreatorCriticIterator
-from loops.director import DirectorExecutorEvaluatorController
+from loops.choices import ADAPTER_NAMES, POLICIES
 from loops.errors import ConfigurationError
-from loops.execute_validate import ExecuteValidateController
 
-__all__ = ["EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS", "EXIT_USAGE", "KINDS", "AdapterName", "ModelChoice",
-           "Policy", "RunOptions", "console", "load_program", "name_value_pairs", "with_options"]
+if TYPE_CHECKING:
+    import dspy
+
+__all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
+           "EXIT_USAGE", "KINDS", "AdapterName", "HumanOption", "ModelChoice", "Policy", "RunOptions", "ShellGrant",
+           "console", "exit_code", "kind_class", "load_program", "name_value_pairs", "people", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
+EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended
 console = Console()
 
 Policy = enum.StrEnum("Policy", {name: name for name in POLICIES})
-AdapterName = enum.StrEnum("AdapterName", {name: name for name in ADAPTERS})
+AdapterName = enum.StrEnum("AdapterName", {name: name for name in ADAPTER_NAMES})
 
-# The programs a command runs by name; any other is a DSL program, FILE.sexp.
-KINDS = {"refine": CreatorCriticIterator, "fix": ExecuteValidateController,
-         "direct": DirectorExecutorEvaluatorController}
+# The programs a command runs by name, as module:class (imported when a command runs, not for --help); any
+# other is a DSL program, FILE.sexp.
+KINDS = {"refine": "loops.creator_critic:CreatorCriticIterator",
+         "fix": "loops.execute_validate:ExecuteValidateController",
+         "direct": "loops.director:DirectorExecutorEvaluatorController"}
+
+
+def exit_code(stop_reason: str, success: bool) -> int:
+    """The exit code of a run that ended with `stop_reason`: 0 success, 1 no success, 3 the run failed, 4 it
+    waits for a person's answer."""
+    if stop_reason == "error":
+        return EXIT_RUN_FAILED
+    if stop_reason == "awaiting_input":
+        return EXIT_AWAITING_INPUT
+    return EXIT_SUCCESS if success else EXIT_NO_SUCCESS
+
+
+HumanOption = Annotated[list[str] | None, typer.Option(
+    "--human", metavar="ROLE", help="A person answers this role (repeatable), at the terminal; without one "
+    "(stdin not a terminal) the run pauses with exit code 4 until `loops runs answer` (needs --checkpoint)")]
+
+
+def people(kind: str, roles: list[str] | None) -> dict[str, Any]:
+    """The roles of program `kind` that `--human` gives a person (`loops.human()`), by name; an unknown role is a
+    usage error naming the roles there are."""
+    if not roles:
+        return {}
+    from loops.person import human
+
+    known = list(kind_class(kind).contracts)
+    unknown = [role for role in roles if role not in known]
+    if unknown:
+        raise ConfigurationError(f"--human {unknown[0]}: the roles of {kind} are {', '.join(known)}")
+    return {role: human() for role in roles}
+
+
+def kind_class(kind: str) -> type | None:
+    """The loop class a program kind names (`refine`, `fix`, `direct`); None for any other (a DSL program)."""
+    if kind not in KINDS:
+        return None
+    module, _, name = KINDS[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _check_timeout(value: float) -> float:
@@ -71,7 +112,7 @@ class ModelChoice:
     adapter: Annotated[AdapterName | None, typer.Option(
         "--adapter", help="How roles ask for structured answers: 'chat' (DSPy's field markers), 'json' (a JSON "
         "object; the output schema goes to the server), 'compact' (JSON without a template of placeholders) "
-        "[default: compact for 'local', else chat]")] = None
+        "[default: compact for 'local' and with --api-base, else chat]")] = None
 
     def resolve(self) -> dspy.BaseLM:
         from loops.lm import resolve
@@ -116,7 +157,33 @@ class RunOptions:
                 **self.recording()}
 
 
-_GROUPS = (ModelChoice, RunOptions)
+@dataclass(frozen=True)
+class ShellGrant:
+    """Whether a DSL program may use the shell tool: the options of every command that runs one."""
+
+    allow_shell: Annotated[bool, typer.Option(
+        "--allow-shell", help="Grant a DSL program the shell tool (system:execute_shell_command): it may then run "
+        "any command as you, in the workspace, with a minimal environment (no API keys)")] = False
+    allow_executable: Annotated[list[str] | None, typer.Option(
+        "--allow-executable", metavar="NAME", help="Grant a DSL program the shell tool for this executable only "
+        "(repeatable): a command whose first word is not one of them is refused")] = None
+
+    def tools(self, kind: str = ".sexp") -> dict[str, Any] | None:
+        """The tools granted to a program of `kind` (the shell tool, or None when not granted)."""
+        if self.allow_shell and self.allow_executable:
+            raise ConfigurationError("give --allow-shell (any executable) or --allow-executable NAME (only those), "
+                                     "not both")
+        if not self.allow_shell and not self.allow_executable:
+            return None
+        if not kind.endswith(".sexp"):
+            raise ConfigurationError(f"--allow-shell and --allow-executable grant a DSL program the shell tool; "
+                                     f"{kind!r} is not one")
+        from loops.sexp import shell_command_tool
+
+        return {"system:execute_shell_command": shell_command_tool(executables=self.allow_executable or None)}
+
+
+_GROUPS = (ModelChoice, RunOptions, ShellGrant)
 
 
 @functools.cache
@@ -160,22 +227,24 @@ def name_value_pairs(items: list[str], option: str, example: str) -> list[tuple[
 def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Module:
     """The program a command runs: the saved one at `program` (checked to be of `kind`; `arguments` given
     override its own), or a new one of `kind` built with `arguments`. None means "not given"."""
-    from loops.saving import load
-    from loops.sexp.program import SexpProgram
+    from loops.saving import load, saved_class
 
     arguments = {name: value for name, value in arguments.items() if value is not None}
-    expected = KINDS.get(kind)
-    if expected is None and not kind.endswith(".sexp"):
+    if kind not in KINDS and not kind.endswith(".sexp"):
         raise ConfigurationError(f"unknown program {kind!r}: use refine, fix, direct or a FILE.sexp")
     if "samples" in arguments and kind != "fix":
         raise ConfigurationError(f"--samples is an option of fix, not of {kind}")
+    expected = kind_class(kind)
     if program is not None:
-        loaded = load(program, **arguments)
-        if not isinstance(loaded, expected or SexpProgram):
-            raise ConfigurationError(f"--program {str(program)!r} is a {type(loaded).__name__}, not a "
+        from loops.sexp.program import SexpProgram, read_program
+
+        saved = saved_class(program)  # checked before it is built: another kind takes other options
+        if not issubclass(saved, expected or SexpProgram):
+            raise ConfigurationError(f"--program {str(program)!r} is a {saved.__name__}, not a "
                                      f"{(expected or SexpProgram).__name__}: give it to `loops "
-                                     f"{_command_of(loaded)}` instead")
-        if expected is None and Path(kind).read_text(encoding="utf-8") != loaded.source:
+                                     f"{_command_of(saved)}` instead")
+        loaded = load(program, **arguments)
+        if expected is None and read_program(Path(kind)) != loaded.source:
             raise ConfigurationError(f"--program {str(program)!r} was compiled from another text than {kind!r}: "
                                      "give the .sexp file it was optimized from")
         return loaded
@@ -186,8 +255,8 @@ def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Modu
     return expected(**arguments)
 
 
-def _command_of(program: dspy.Module) -> str:
-    for name, cls in KINDS.items():
-        if isinstance(program, cls):
+def _command_of(program: type) -> str:
+    for name in KINDS:
+        if issubclass(program, kind_class(name)):
             return name
     return "run"

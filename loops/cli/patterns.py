@@ -7,10 +7,8 @@ from typing import Annotated
 
 import typer
 
-from loops.cli.options import ModelChoice, Policy, RunOptions, console, load_program, with_options
+from loops.cli.options import HumanOption, ModelChoice, Policy, RunOptions, console, load_program, people, with_options
 from loops.cli.progress import report, run_with_progress
-from loops.code.defaults import code_loop_defaults
-from loops.validators import ShellValidator
 
 __all__ = ["direct", "fix", "refine"]
 
@@ -27,9 +25,10 @@ def refine(
     context: Annotated[str, typer.Option(help="Background context for the creator")] = "",
     max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help="Revisions at most [default: 3]")] = None,
     program: ProgramOption = None,
+    human: HumanOption = None,
 ) -> None:
     """Creator–Critic–Iterator: draft, then revise until the critic approves."""
-    module = load_program("refine", program, max_iterations=max_iterations)
+    module = load_program("refine", program, max_iterations=max_iterations, **people("refine", human))
     result, seconds = run_with_progress(module, choice, run.trace, requirements=requirements, context=context,
                                         **run.call_options())
     report(result, seconds, f"final draft ({'approved' if result.success else 'not approved'})")
@@ -45,7 +44,9 @@ def fix(
     files: Annotated[
         list[str] | None, typer.Option("--files", "-f", help="Workspace files to show the executor")
     ] = None,
-    target_file: Annotated[str, typer.Option(help="The file the executor writes")] = "solution.py",
+    target_file: Annotated[str | None, typer.Option(help=(
+        "The file the executor writes [default: the module the tests import (from mul import ... -> mul.py), "
+        "else solution.py]"))] = None,
     policy: Annotated[
         Policy | None, typer.Option(help="'repair' (show earlier attempts), 'fresh' (new samples) or 'auto' (repair "
                                     "until it repeats itself, then fresh) [default: auto on the embedded model, "
@@ -66,17 +67,28 @@ def fix(
     max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help=(
         "Execute-validate cycles at most [default: by model, loops.code.code_loop_defaults]"))] = None,
     program: ProgramOption = None,
+    human: HumanOption = None,
 ) -> None:
     """Execute–Validate–Controller: write code, run the tests, repeat until they pass.
 
     Unset options follow the model (loops.code.code_loop_defaults)."""
+    from loops.code.defaults import code_loop_defaults
+    from loops.execute_validate import DEFAULT_TARGET_FILE, ExecuteValidateController
+    from loops.validators import ShellValidator
+
     ShellValidator(workspace=workspace).check(test_command)
+    if target_file is None and program is None:  # said before the run: the tests' imports decide the file
+        target_file = ExecuteValidateController.target_for(workspace, test_command)
+        if target_file != DEFAULT_TARGET_FILE:
+            console.print(f"the tests import {target_file.removesuffix('.py').replace('/', '.')}: writing "
+                          f"{target_file} (--target-file chooses another)", highlight=False)
     lm = choice.resolve()
     if max_iterations is None and program is None:
         max_iterations = code_loop_defaults(lm).max_iterations
     module = load_program("fix", program, max_iterations=max_iterations, workspace=workspace,
                           policy=policy.value if policy else None, samples=samples, examples=examples,
-                          penalty_variants=penalty_variants, analyst=analyst, target_file=target_file)
+                          penalty_variants=penalty_variants, analyst=analyst, target_file=target_file,
+                          **people("fix", human))
     initial_input = {"prompt": task, "files": list(files or []), "target_file": target_file}
     result, seconds = run_with_progress(module, lm, run.trace, initial_input=initial_input,
                                         test_command=test_command, **run.call_options())
@@ -93,8 +105,9 @@ def direct(
     max_iterations: Annotated[int | None, typer.Option(
         min=0, max=1000, help="Plan-execute-evaluate cycles at most [default: 3]")] = None,
     program: ProgramOption = None,
+    human: HumanOption = None,
 ) -> None:
     """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it."""
-    module = load_program("direct", program, max_iterations=max_iterations)
+    module = load_program("direct", program, max_iterations=max_iterations, **people("direct", human))
     result, seconds = run_with_progress(module, choice, run.trace, initial_input=goal, **run.call_options())
     report(result, seconds, "passed" if result.success else "not passed")

@@ -7,22 +7,23 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.panel import Panel
 
 from loops.budget import Budget
 from loops.cli.options import (
     EXIT_NO_SUCCESS,
-    EXIT_RUN_FAILED,
-    EXIT_SUCCESS,
     EXIT_USAGE,
     ModelChoice,
     RunOptions,
+    ShellGrant,
     console,
+    exit_code,
     load_program,
     name_value_pairs,
     with_options,
 )
-from loops.cli.progress import run_with_progress
+from loops.cli.progress import run_with_progress, show_question
 from loops.errors import ConfigurationError
 
 __all__ = ["dsl_value", "repl", "run_program"]
@@ -50,6 +51,7 @@ def run_program(
     program: Annotated[Path, typer.Argument(help="The DSL program, a .sexp file")],
     choice: ModelChoice,
     run: RunOptions,
+    grant: ShellGrant,
     assignments: Annotated[list[str] | None, typer.Option(
         "--set", help="Bind a variable before the program runs: name=value (a number, #t/#f, or text)")] = None,
     workspace: Annotated[Path | None, typer.Option(
@@ -57,12 +59,16 @@ def run_program(
     saved: Annotated[Path | None, typer.Option(
         "--program", help="Run a saved program compiled from this file (loops optimize FILE.sexp --out): its "
         "atoms' demos and instructions")] = None,
+    override_atom_models: Annotated[bool, typer.Option(
+        "--override-atom-models", help="Run every atom on --model, over its own (model ...) clause: a program "
+        "written for a hosted model runs offline unchanged")] = False,
 ) -> None:
-    """Run an S-expression program (see docs/dsl.md); its atoms use --model.
+    """Run an S-expression program (see docs/dsl.md); its atoms use --model unless they name their own.
 
     Exit codes as for the loops: 1 when a limit stopped the program (its LM budget, or its steps, wall
-    clock or recursion depth, shown with the form's position), 2 for an error in the program (shown
-    with its line and a caret)."""
+    clock, recursion depth, size caps or memory, shown with the form's position), 2 for an error in the
+    program (shown with its line and a caret; a program that names the shell tool without
+    --allow-shell is one), 4 when a (human) phase waits for a person's answer (`loops runs answer`)."""
     from loops.sexp import DslError, LimitExceeded, Limits, compile, to_source
 
     bindings = _bindings(assignments or [])
@@ -72,8 +78,12 @@ def run_program(
                                  "--run-id (or --token-budget, --max-cost, --timeout), or another variable name")
     bindings.update(run.recording())
     options = {"workspace": workspace, "limits": Limits(timeout_s=run.timeout),
+               "tools": grant.tools(),
                "budget": Budget(max_iterations=1, timeout_s=run.timeout, max_tokens=run.token_budget,
                                 max_cost_usd=run.max_cost)}
+    lm = choice.resolve()
+    if override_atom_models:
+        options["atom_model"] = lm
     try:
         compiled = compile(program, **options) if saved is None else load_program(str(program), saved, **options)
     except DslError as error:
@@ -84,7 +94,13 @@ def run_program(
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     try:
-        result, seconds = run_with_progress(compiled, choice, run.trace, **bindings)
+        result, seconds = run_with_progress(compiled, lm, run.trace, **bindings)
+    except ConfigurationError as error:  # e.g. an atom's own hosted model, without its key
+        if override_atom_models or not compiled.atom_models:
+            raise
+        named = ", ".join(f"{atom} ({model})" for atom, model in compiled.atom_models.items())
+        raise ConfigurationError(f"{error} [atoms with their own model: {named}; --override-atom-models runs "
+                                 "every atom on --model]") from error
     except LimitExceeded as error:  # its step budget, wall clock or recursion depth: a limit, as --timeout is
         typer.echo(str(error), err=True)
         raise typer.Exit(EXIT_NO_SUCCESS) from None
@@ -93,13 +109,16 @@ def run_program(
         raise typer.Exit(EXIT_USAGE) from None
     finally:
         log.removeHandler(handler)
-    console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}", expand=False))
-    console.print(f"LM calls: {result.lm_calls}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
+    outcome = "success" if result.success else "no success"  # the last loop form's, or the program's own verdict
+    console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}, {outcome}",
+                        expand=False))
+    from loops.display import lm_calls_text
+
+    console.print(f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
-    if result.stop_reason == "error":
-        raise typer.Exit(EXIT_RUN_FAILED)
-    raise typer.Exit(EXIT_SUCCESS if result.success else EXIT_NO_SUCCESS)
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    show_question(result)
+    raise typer.Exit(exit_code(result.stop_reason, result.success))
 
 
 class _ConsoleLog(logging.Handler):

@@ -1,5 +1,5 @@
-"""Running a loop in the terminal: a live table of its role calls, the trace file, and the final report with
-its exit code."""
+"""Running a loop in the terminal: a live table of its role calls, a person's turn asked below it, the trace
+file, and the final report with its exit code."""
 
 from __future__ import annotations
 
@@ -7,41 +7,66 @@ import json
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import dspy
 import typer
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 from rich.panel import Panel
 from rich.spinner import Spinner
 from rich.table import Table
+from rich.text import Text
 
-from loops.cli.options import EXIT_NO_SUCCESS, EXIT_RUN_FAILED, EXIT_SUCCESS, ModelChoice, console
+from loops.cli.options import ModelChoice, console, exit_code
 from loops.context import observing
 from loops.errors import ConfigurationError
-from loops.runtime import Step
 
-__all__ = ["LiveProgress", "open_trace", "report", "run_with_progress"]
+if TYPE_CHECKING:
+    import dspy
+
+    from loops.person import Question
+    from loops.runtime import Step
+
+__all__ = ["LiveProgress", "open_trace", "report", "run_with_progress", "show_question"]
 
 
 class LiveProgress:
     """An observer that draws finished role calls as a table and the running one with a spinner."""
 
     def __init__(self, trace_file: IO[str] | None = None):
-        self.table = Table(title="role calls", expand=False)
-        for column in ("role", "iteration", "seconds", "tokens in/out", "attempts", "outcome"):
-            self.table.add_column(column, justify="right" if column != "role" else "left")
+        self.table = self._new_table("role calls")
         self.running: tuple[str, int, float] | None = None
         self.trace_file = trace_file
         self.live = Live(self, console=console, refresh_per_second=8, transient=False)
 
     def __rich__(self) -> Group:
-        if self.running is None:
-            return Group(self.table)
+        if self.running is None:  # nothing at all before the first role call: an error then stands alone
+            return Group(self.table) if self.table.row_count else Group()
         role, iteration, started = self.running
         status = Spinner("dots", text=f"{role} (iteration {iteration}) {time.monotonic() - started:.1f}s")
         return Group(self.table, status)
+
+    @staticmethod
+    def _new_table(title: str) -> Table:
+        table = Table(title=title, expand=False)
+        for column in ("role", "iteration", "seconds", "tokens in/out", "attempts", "outcome"):
+            table.add_column(column, justify="right" if column != "role" else "left")
+        return table
+
+    def ask(self, question: Question) -> dict[str, Any]:
+        """A person's turn at the terminal (`loops.person.ask_at_terminal`): the live table stops where it is, the
+        question and the prompts follow it, and the calls after the answer go on in a table below."""
+        from loops.person import ask_at_terminal
+
+        self.running = None
+        self.live.stop()
+        try:
+            return ask_at_terminal(question, read=lambda prompt: console.input(prompt, markup=False),
+                                   write=lambda text: console.print(Text(text)))
+        finally:
+            self.table = self._new_table("role calls (continued)")
+            self.live.start()
 
     def role_started(self, role: str, iteration: int) -> None:
         self.running = (role, iteration, time.monotonic())
@@ -49,37 +74,50 @@ class LiveProgress:
     def step_finished(self, step: Step) -> None:
         self.running = None
         tokens = f"{step.tokens['input']}/{step.tokens['output']}" if step.tokens else "-"
-        self.table.add_row(step.role, str(step.iteration), f"{step.seconds:.1f}", tokens, str(step.attempts),
+        self.table.add_row(_role(step), str(step.iteration), f"{step.seconds:.1f}", tokens, str(step.attempts),
                            _outcome(step))
         if self.trace_file is not None:
             self.trace_file.write(json.dumps(step.to_dict()) + "\n")
             self.trace_file.flush()
 
 
+def _role(step: Step) -> str:
+    from loops.display import step_role
+
+    return escape(step_role(step))
+
+
 def _outcome(step: Step) -> str:
-    if step.error:
-        return f"[red]{step.error[:60]}[/red]"
-    outputs = step.outputs or {}
-    if "approved" in outputs:
-        return "[green]approved[/green]" if outputs["approved"] else "needs revision"
-    return "ok"
+    """What the step came to, by the one rule every display follows (`loops.display.step_outcome`)."""
+    from loops.display import step_outcome  # with the run, not before: --help loads no DSPy
+
+    outcome = escape(step_outcome(step))
+    return f"[red]{outcome}[/red]" if step.error else outcome
 
 
 def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoice, trace: Path | None,
                       **inputs: Any) -> tuple[dspy.Prediction, float]:
-    """Run `module` on `inputs` with the live display; returns its prediction and the wall time.
+    """Run `module` on `inputs` with the live display; returns its prediction and the wall time. The
+    command's LM (`model`) is closed at the end.
 
     A wrong `--model` (or option of it) or an unwritable `--trace` raises `ConfigurationError` before
     any LM call.
     """
-    from loops.lm import resolve
+    import dspy
 
-    lm = model.resolve() if isinstance(model, ModelChoice) else resolve(model)
+    from loops.lm import resolve
+    from loops.person import answering, person_at_hand
+
+    lm = model.resolve() if isinstance(model, ModelChoice) else model if isinstance(model, dspy.BaseLM) else (
+        resolve(model))
     with ExitStack() as stack:
+        stack.callback(lm.close)  # a command's LM: its connections end with its run
         trace_file = stack.enter_context(open_trace(trace)) if trace else None
         progress = LiveProgress(trace_file)
         stack.enter_context(dspy.context(lm=lm))  # the LM brings the adapter it needs (its profile)
         stack.enter_context(observing(progress))
+        if person_at_hand():  # a person's turn is asked at this terminal; without one, the run pauses for it
+            stack.enter_context(answering(progress.ask))
         started = time.monotonic()
         try:
             with progress.live:
@@ -88,7 +126,8 @@ def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoic
                 finally:  # a run that raised (an error in a DSL program) leaves no spinner behind
                     progress.running = None
         finally:
-            console.print()
+            if progress.table.row_count:
+                console.print()
     return result, time.monotonic() - started
 
 
@@ -102,14 +141,23 @@ def open_trace(trace: Path) -> IO[str]:
 
 
 def report(result: dspy.Prediction, seconds: float, title: str) -> None:
-    """Print the outcome and exit with its code (0 success, 1 no success, 3 the run failed)."""
+    """Print the outcome, and the question of a run that waits for a person, and exit with its code (0
+    success, 1 no success, 3 the run failed, 4 it waits for a person's answer)."""
+    from loops.display import lm_calls_text
+
     final = result.final
     console.print(Panel(str(getattr(final, "content", final) or ""), title=title, expand=False))
     cost = "" if result.cost_usd is None else f"   cost: ${result.cost_usd:.4f}"
     console.print(f"stop reason: [bold]{result.stop_reason}[/bold]   iterations: {result.iterations}   "
-                  f"LM calls: {result.lm_calls}   tokens: {result.tokens}{cost}   wall time: {seconds:.1f}s")
+                  f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}{cost}   wall time: {seconds:.1f}s")
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
-    if result.stop_reason == "error":
-        raise typer.Exit(EXIT_RUN_FAILED)
-    raise typer.Exit(EXIT_SUCCESS if result.success else EXIT_NO_SUCCESS)
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    show_question(result)
+    raise typer.Exit(exit_code(result.stop_reason, result.success))
+
+
+def show_question(result: dspy.Prediction) -> None:
+    """The question a paused run waits on, when it waits on one."""
+    question = result.get("question")
+    if result.stop_reason == "awaiting_input" and question is not None:
+        console.print(Panel(Text(question.text()), title="waiting for a person", expand=False))

@@ -1,25 +1,33 @@
-"""`loops runs`: the runs a checkpoint file holds, and the calls of one of them."""
+"""`loops runs`: the runs a checkpoint file holds, the calls of one of them, and the answer to the question a
+paused run waits on."""
 
 from __future__ import annotations
 
 import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
-from loops.checkpoint import SQLiteStore, unpack
-from loops.cli.options import console
+from loops.cli.options import console, name_value_pairs
+
+if TYPE_CHECKING:
+    from loops.checkpoint import SQLiteStore
 
 __all__ = ["app"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
 CheckpointArgument = Annotated[Path, typer.Argument(help="The checkpoint file (SQLite) given as --checkpoint")]
+RunArgument = Annotated[str, typer.Argument(help="The run's id (--run-id; `loops runs list` shows them)")]
 
 
 def _store(path: Path) -> SQLiteStore:
+    from loops.checkpoint import SQLiteStore
+
     if not path.is_file():
         raise typer.BadParameter(f"{str(path)!r} does not exist", param_hint="CHECKPOINT")
     return SQLiteStore(path)
@@ -39,9 +47,13 @@ def list_runs(checkpoint: CheckpointArgument) -> None:
 
 
 @app.command()
-def show(checkpoint: CheckpointArgument,
-         run_id: Annotated[str, typer.Argument(help="The run to show")]) -> None:
-    """Every recorded call of one run: role, iteration, seconds, LM calls, tokens and outputs."""
+def show(checkpoint: CheckpointArgument, run_id: RunArgument) -> None:
+    """Every recorded call of one run (role, iteration, seconds, LM calls, tokens, outputs; a person's answers
+    marked), and the question it waits on when it paused for a person."""
+    from loops.checkpoint import unpack
+    from loops.display import step_role
+    from loops.person import pending_question
+
     store = _store(checkpoint)
     if run_id not in {run.run_id for run in store.runs()}:
         raise typer.BadParameter(f"no run {run_id!r} in {str(checkpoint)!r}; `loops runs list` shows them",
@@ -52,7 +64,35 @@ def show(checkpoint: CheckpointArgument,
     for call in store.calls(run_id):
         _, step, _, _ = unpack(call)
         tokens = f"{step.tokens['input']}/{step.tokens['output']}" if step.tokens else "-"
-        role = f"  {step.role} (in a phase)" if call.nested else step.role
-        table.add_row(str(call.seq + 1), role, str(step.iteration), f"{step.seconds:.2f}", str(step.lm_calls), tokens,
-                      str(step.outputs)[:200])
+        role = step_role(step)
+        table.add_row(str(call.seq + 1), f"  {role} (in a phase)" if call.nested else role, str(step.iteration),
+                      f"{step.seconds:.2f}", str(step.lm_calls), tokens, str(step.outputs)[:200])
     console.print(table)
+    question = pending_question(store, run_id)
+    if question is not None:
+        console.print(Panel(Text(question.text()), title=f"run {run_id} waits for a person", expand=False))
+        console.print(Text(f"answer: loops runs answer {checkpoint} {run_id} {question.usage()}"))
+
+
+@app.command()
+def answer(
+    checkpoint: CheckpointArgument,
+    run_id: RunArgument,
+    assignments: Annotated[list[str], typer.Option(
+        "--set", metavar="FIELD=VALUE", help="A field of the answer (repeatable): --set approved=true --set "
+        "feedback=\"Name the bottle\"; `loops runs show` lists the fields and their types")],
+) -> None:
+    """Record a person's answer to the question a paused run waits on (stop reason awaiting_input), checked
+    against the role's fields; then run the same command again with --run-id (or call the loop with the same
+    checkpoint and run_id) to go on, with nothing before the question asked again."""
+    from loops.person import answer as record_answer
+    from loops.person import pending_question
+
+    store = _store(checkpoint)
+    values = dict(name_value_pairs(assignments, "--set", "approved=true"))
+    recorded = record_answer(store, run_id, **values)
+    role = pending_question(store, run_id).role
+    shown = ", ".join(f"{name}={value!r}" for name, value in recorded.items())
+    console.print(Text(f"recorded the {role}'s answer for run {run_id}: {shown}\nresume the run: the same command "
+                       f"with --run-id {run_id} (or the loop called with checkpoint={str(checkpoint)!r}, "
+                       f"run_id={run_id!r})"))

@@ -26,6 +26,7 @@ from loops.code.python import (
     extract_code,
     failure_digest,
     hardcoded_asserts,
+    module_the_tests_import,
     names_the_tests_miss,
     read_interface,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "hardcoded_asserts",
     "names_the_tests_miss",
     "next_request",
+    "module_the_tests_import",
     "read_interface",
     "tests_controller",
     "worked_examples",

@@ -4,14 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
 
+from loops.choices import POLICIES, Policy
 from loops.lm import is_embedded
 
 __all__ = ["EMBEDDED_CODE_LOOP", "HOSTED_CODE_LOOP", "POLICIES", "CodeLoopDefaults", "Policy", "code_loop_defaults"]
-
-Policy = Literal["repair", "fresh", "auto"]
-POLICIES: tuple[str, ...] = get_args(Policy)
 
 
 @dataclass(frozen=True)

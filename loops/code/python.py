@@ -11,8 +11,10 @@ from __future__ import annotations
 import ast
 import builtins
 import fnmatch
+import importlib.util
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -26,6 +28,7 @@ __all__ = [
     "extract_code",
     "failure_digest",
     "hardcoded_asserts",
+    "module_the_tests_import",
     "names_the_tests_miss",
     "read_interface",
 ]
@@ -201,7 +204,46 @@ def read_interface(workspace: str | Path, test_command: str = "", target_file: s
     return Interface(calls=tuple(calls.items()), imports=tuple(imports), test_files=files)
 
 
-def _test_sources(workspace: Path, test_command: str, target_file: str) -> list[tuple[str, str]]:
+def module_the_tests_import(workspace: str | Path | None, test_command: str = "") -> str | None:
+    """The file the tests expect the code in, from what they import (`from mul import mul` -> `mul.py`): the one
+    module they import that is neither the standard library's nor installed nor a test file; among several,
+    the one the workspace lacks. None when there is none, or no one such module. With no workspace (yet),
+    the test command's own `python -c` program alone is read."""
+    workspace = Path(workspace) if workspace is not None else None
+    candidates: dict[str, None] = {}
+    for _, source in _test_sources(workspace, test_command, ""):
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            candidates.update(dict.fromkeys(name for name in names if _could_be_the_target(name)))
+    if len(candidates) > 1 and workspace is not None:
+        candidates = {name: None for name in candidates if not _module_file(workspace, name).exists()}
+    return _module_file(Path(), next(iter(candidates))).as_posix() if len(candidates) == 1 else None
+
+
+def _could_be_the_target(module: str) -> bool:
+    top = module.partition(".")[0]
+    if top in sys.stdlib_module_names or any(fnmatch.fnmatch(f"{top}.py", pattern) for pattern in TEST_FILE_PATTERNS):
+        return False
+    try:
+        return importlib.util.find_spec(top) is None
+    except (ImportError, ValueError):
+        return False
+
+
+def _module_file(workspace: Path, module: str) -> Path:
+    return workspace.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def _test_sources(workspace: Path | None, test_command: str, target_file: str) -> list[tuple[str, str]]:
     found: dict[str, str] = {}
     try:
         words = shlex.split(test_command or "")
@@ -211,7 +253,7 @@ def _test_sources(workspace: Path, test_command: str, target_file: str) -> list[
         if word == "-c" and index + 1 < len(words):
             found.setdefault("<test command>", words[index + 1])
     candidates: list[Path] = []
-    if workspace.is_dir():
+    if workspace is not None and workspace.is_dir():
         for word in words:
             path = workspace / word.split("::")[0]
             if word.endswith(".py") or "::" in word:

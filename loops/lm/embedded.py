@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import importlib
 import importlib.util
 import os
@@ -25,8 +24,8 @@ import dspy
 from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, Usage, response_to_events
 
 from loops import profile
-from loops.context import deadline
-from loops.errors import DeadlinePassed, MissingDependencyError
+from loops.context import before_request, deadline, given_up, within_deadline
+from loops.errors import MissingDependencyError
 from loops.lm.messages import SAMPLING, chat_messages, sampling_options
 
 __all__ = ["CONTEXT_TOKENS", "DEFAULT_MAX_TOKENS", "EMBEDDED_HISTORY_WINDOW", "EMBEDDED_PROFILE", "MODEL",
@@ -145,7 +144,7 @@ def _generate_until(llama, request: Request, until: float) -> tuple[str, str | N
             parts.append(choice["delta"].get("content") or "")
             finish = choice.get("finish_reason") or finish
             if finish is None and time.monotonic() >= until:
-                raise DeadlinePassed("the embedded model's generation was cut off at the run's deadline")
+                raise given_up("the embedded model's generation")
     finally:
         chunks.close()
     text = "".join(parts)
@@ -158,31 +157,13 @@ def _generate_until(llama, request: Request, until: float) -> tuple[str, str | N
 def _generate_locked(llama, request: Request, until: float | None) -> tuple[str, str | None, Usage]:
     with _generation_lock:
         if until is not None and time.monotonic() >= until:
-            raise DeadlinePassed("the run's time was up before the embedded model started")
+            raise given_up("the embedded model's generation (waiting for the model)")
         try:
             return _generate(llama, request) if until is None else _generate_until(llama, request, until)
         except ValueError as exc:
             if "context window" not in str(exc):
                 raise
             raise ContextLengthError(str(exc), provider="local") from exc
-
-
-def _generate_by(llama, request: Request, until: float) -> tuple[str, str | None, Usage]:
-    """`_generate_locked` in a worker thread, abandoned at the deadline: reading the prompt cannot be
-    interrupted, but the worker stops itself at the first token after the deadline."""
-    outcome: concurrent.futures.Future = concurrent.futures.Future()
-
-    def work() -> None:
-        try:
-            outcome.set_result(_generate_locked(llama, request, until))
-        except BaseException as exc:  # handed to the caller, who re-raises it
-            outcome.set_exception(exc)
-
-    threading.Thread(target=work, daemon=True, name="loops-llama").start()
-    try:
-        return outcome.result(timeout=max(0.0, until - time.monotonic()))
-    except concurrent.futures.TimeoutError:
-        raise DeadlinePassed("the embedded model's generation was abandoned at the run's deadline") from None
 
 
 EMBEDDED_HISTORY_WINDOW = 4  # turns per role: with prompts of 1-2k tokens, the last few fit its 8k context
@@ -196,6 +177,7 @@ class LlamaEngine:
     """A DSPy engine over a llama.cpp model; `llama` defaults to the process's shared SmolLM2."""
 
     loops_profile = EMBEDDED_PROFILE  # profile.PROFILE_ATTRIBUTE: what the runtime reads of this model
+    loops_run_aware = True  # context.RUN_AWARE: it asks the run before each generation and stops at its deadline
 
     # Read by dspy.LM's capability planning: JSONAdapter then sends the output schema.
     supports_response_schema = True
@@ -208,11 +190,12 @@ class LlamaEngine:
 
     def complete(self, request: Request) -> Response:
         llama = self._llama if self._llama is not None else _shared_model()
+        before_request()
         until = deadline()
-        if until is None:
-            text, finish, usage = _generate_locked(llama, request, None)
-        else:
-            text, finish, usage = _generate_by(llama, request, until)
+        # Reading the prompt cannot be interrupted, so the generation runs in a worker given up at the deadline;
+        # the worker stops itself at the first token after it.
+        text, finish, usage = within_deadline(lambda: _generate_locked(llama, request, until),
+                                              "the embedded model's generation")
         return Response(
             id=None,
             model=request.model,
@@ -240,6 +223,8 @@ class LlamaEngine:
 
 class AsyncLlamaEngine:
     """Runs generations in a worker thread so an event loop keeps serving while the model thinks."""
+
+    loops_run_aware = True
 
     def __init__(self, sync: LlamaEngine | None = None):
         self.sync = sync or LlamaEngine()

@@ -8,9 +8,13 @@ it can before any LM call.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+from pathlib import Path
 
 import dspy
+import orjson
 from dspy.utils import exceptions as dspy_errors
 
 from loops.adapters import ADAPTERS
@@ -19,8 +23,13 @@ from loops.lm.embedded import local_lm
 from loops.lm.server import ServerLM
 from loops.profile import with_adapter
 
-__all__ = ["REMOTE_MAX_TOKENS", "resolve"]
+__all__ = ["REMOTE_MAX_TOKENS", "SERVED_ADAPTER", "resolve"]
 
+# The adapter of a model behind a server of one's own (`api_base`), unless told: the output's JSON schema goes with
+# every request, so a small model's decoding is held to it. With DSPy's field markers (`chat`) the embedded GGUF
+# behind llama-cpp-python's server answered out of shape every time and DSPy asked again in JSON: 2 requests per
+# role call instead of 1, 2.8x the time (benchmarks/parse_rate.py --server-defaults).
+SERVED_ADAPTER = "compact"
 # A finite default for every model but the embedded one: one answer from a slow server cannot run for minutes.
 REMOTE_MAX_TOKENS = 1024
 _REASONING_MAX_TOKENS = 16000  # the least DSPy accepts for OpenAI's reasoning models (gpt-5, o3, ...)
@@ -44,8 +53,10 @@ def resolve(
     holding its key, read now. `max_tokens` (per request) and `temperature` default per kind of model:
     the embedded model's own (512, 0.0); else `REMOTE_MAX_TOKENS` and the model's own temperature.
     `adapter` ('chat', 'json' or 'compact', see `ADAPTERS`) travels with the LM: every role on it uses
-    that adapter unless the context or the role sets another (its profile, `loops.profile`). A given LM is copied
-    before settings are applied to it. Every mistake is a `ConfigurationError`, raised before any call.
+    that adapter unless the context or the role sets another (its profile, `loops.profile`); with `api_base`
+    it defaults to `SERVED_ADAPTER`, else to the model's own (the embedded model's `compact`, DSPy's `chat`).
+    A given LM is copied before settings are applied to it. Every mistake is a `ConfigurationError`, raised
+    before any call.
 
     A string's LM gets `num_retries=0`: the loop's `RetryPolicy` retries transient errors itself,
     within the run's budget, and DSPy's own retries underneath would multiply every request unseen.
@@ -72,7 +83,9 @@ def resolve(
     provider = model.partition("/")[0].replace("_", "-")
     declared = {spelling for registered in dspy.lm15.registered_providers()
                 for spelling in registered.definition.spellings}
-    if provider not in declared:  # a provider declared to DSPy's native engine is known without LiteLLM
+    # A provider declared to DSPy's native engine, or a model in LiteLLM's price map, is known without importing
+    # LiteLLM (3-4 s): a DSL atom's (model "gpt-4-turbo") is checked when the program compiles.
+    if provider not in declared and model not in _litellm_models():
         import contextlib
         import io
 
@@ -92,9 +105,22 @@ def resolve(
             lm = dspy.LM(model, num_retries=0, **settings)
         else:
             lm = ServerLM(model, api_base=_checked_api_base(api_base), num_retries=0, **settings)
+            adapter = adapter or SERVED_ADAPTER
     except (ValueError, dspy_errors.LMConfigurationError) as exc:
         raise ConfigurationError(f"model {model!r} is not usable: {exc}; {fix}") from exc
     return _with_adapter(lm, adapter)
+
+
+@functools.cache
+def _litellm_models() -> frozenset[str]:
+    """The models in the price map LiteLLM ships (each with its provider), read as data, without importing it."""
+    spec = importlib.util.find_spec("litellm")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        try:
+            return frozenset(orjson.loads((Path(folder) / "model_prices_and_context_window_backup.json").read_bytes()))
+        except (OSError, orjson.JSONDecodeError):
+            continue
+    return frozenset()
 
 
 def _check_request_settings(max_tokens: object, temperature: object, adapter: object) -> None:

@@ -7,8 +7,11 @@ event loop (`AsyncServerEngine`, aiohttp), both through one request builder and 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import email.utils
 import json
 import logging
+import math
 import threading
 from typing import Any
 
@@ -33,7 +36,7 @@ from dspy.lm15 import (
 )
 from dspy.lm15 import TimeoutError as LMTimeout
 
-from loops.context import current_run
+from loops.context import before_request, current_run, given_up, time_left
 from loops.errors import ConfigurationError
 from loops.lm.messages import SAMPLING, chat_messages, sampling_options
 
@@ -77,14 +80,25 @@ class ServerLM(dspy.LM):
     def api_base(self) -> str:
         return self.engine.api_base
 
+    def close(self) -> None:
+        """Close the connections of its synchronous engine (DSPy leaves an engine it was handed open); a later
+        request opens new ones. Async sessions close with their event loops."""
+        self.engine.close()
+        super().close()
+
 
 class ServerEngine:
     """A DSPy engine for an OpenAI-compatible server's `/chat/completions`: text messages in, one text
     answer out. The response_format is spelled as the server takes it (`_SCHEMA_SPELLINGS`): where it
     refuses one spelling, the request is sent again in the next, remembered per server; where it takes
     none, the run's warnings say so once. Synchronous requests go through an `httpx.Client`;
-    `AsyncServerEngine` sends them with aiohttp."""
+    `AsyncServerEngine` sends them with aiohttp.
 
+    Inside a run, every request it sends (a re-send in another spelling too) first passes the run's limits
+    (`loops.context.before_request`), and waits no longer than the run has left (`loops.context.time_left`):
+    a request cut off at the deadline ends the run with "timeout" and counts as sent."""
+
+    loops_run_aware = True  # loops.context.RUN_AWARE
     supports_response_schema = True
     supports_function_calling = False
     supports_reasoning = False
@@ -100,13 +114,21 @@ class ServerEngine:
         self._client_lock = threading.Lock()
 
     def complete(self, request: Request) -> Response:
+        import httpx
+
+        client = self._http()
         while True:
             body = self.body(request)
+            payload = _json_bytes(body)  # a mistake here is a bug, not a transport fault: it is not retried
+            before_request()
+            wait = _wait_s()
             try:
-                response = self._http().post(self.url, content=_json_bytes(body), headers=self.headers)
-            except Exception as exc:
-                raise _transport_error(exc) from exc
-            outcome = self.answer(request, body, response.status_code, response.content)
+                response = client.post(self.url, content=payload, headers=self.headers, timeout=wait)
+            except httpx.LocalProtocolError:
+                raise  # a request no server may be sent (a header with a newline, say): no retry can fix it
+            except (httpx.RequestError, OSError) as exc:
+                raise _transport_error(exc, self.api_base, wait) from exc
+            outcome = self.answer(request, body, response.status_code, response.content, response.headers)
             if outcome is not None:
                 return outcome
 
@@ -130,9 +152,11 @@ class ServerEngine:
             body.update(config.extensions)
         return body
 
-    def answer(self, request: Request, body: dict[str, Any], status: int, content: bytes) -> Response | None:
+    def answer(self, request: Request, body: dict[str, Any], status: int, content: bytes,
+               headers: Any = None) -> Response | None:
         """The server's answer as a Response; None when the server refused the body's response_format and
-        the request is worth sending again in the next spelling; else the error, raised."""
+        the request is worth sending again in the next spelling; else the error, raised (with the wait a
+        server's Retry-After asks for, in seconds or as an HTTP date, on `retry_after`)."""
         try:
             data = json.loads(content)
         except ValueError:
@@ -141,14 +165,15 @@ class ServerEngine:
             message = _error_message(data, content)
             if self._learn_refusal(message, body.get("response_format")):
                 return None
-            raise _http_error(status, message)
+            raise _http_error(status, message, _retry_after((headers or {}).get("retry-after")))
         try:
             choice = data["choices"][0]
             text = choice["message"].get("content") or ""
             usage = data.get("usage") or {}
         except (TypeError, KeyError, IndexError, AttributeError):
-            raise ProviderError(f"the server at {self.api_base} answered without a chat completion: "
-                                f"{content[:200]!r}") from None
+            # A body cut short or garbled on the way (a proxy, a restarting server): worth another try.
+            raise ServerError(f"the server at {self.api_base} answered without a chat completion: "
+                              f"{content[:200]!r}", status=status) from None
         finish = choice.get("finish_reason")
         return Response(
             id=data.get("id"), model=data.get("model") or request.model, message=Message.assistant([TextPart(text)]),
@@ -219,7 +244,10 @@ class ServerEngine:
 
 class AsyncServerEngine:
     """`ServerEngine`'s requests sent from an event loop, through one aiohttp session per loop: ~0.3 ms of
-    CPU per request where httpx's pool took milliseconds with hundreds of requests in flight."""
+    CPU per request where httpx's pool took milliseconds with hundreds of requests in flight. Like it, it
+    asks the run before each request and waits no longer than the run has left."""
+
+    loops_run_aware = True  # loops.context.RUN_AWARE
 
     def __init__(self, sync: ServerEngine):
         self.sync = sync
@@ -227,16 +255,21 @@ class AsyncServerEngine:
         self._proxy: str | None = None
 
     async def complete(self, request: Request) -> Response:
+        import aiohttp
+
         session = await self._session()
         while True:
             body = self.sync.body(request)
+            payload = _json_bytes(body)  # a mistake here is a bug, not a transport fault: it is not retried
+            before_request()
+            wait = _wait_s()
             try:
-                async with session.post(self.sync.url, data=_json_bytes(body), headers=self.sync.headers,
-                                        proxy=self._proxy) as reply:
-                    status, content = reply.status, await reply.read()
-            except Exception as exc:
-                raise _transport_error(exc) from exc
-            outcome = self.sync.answer(request, body, status, content)
+                async with session.post(self.sync.url, data=payload, headers=self.sync.headers,
+                                        proxy=self._proxy, timeout=aiohttp.ClientTimeout(total=wait)) as reply:
+                    status, content, headers = reply.status, await reply.read(), reply.headers
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                raise _transport_error(exc, self.sync.api_base, wait) from exc
+            outcome = self.sync.answer(request, body, status, content, headers)
             if outcome is not None:
                 return outcome
 
@@ -352,10 +385,12 @@ def _error_message(data: Any, content: bytes) -> str:
     return content.decode("utf-8", errors="replace")[:1000] or "(empty answer)"
 
 
-def _http_error(status: int, message: str) -> ProviderError:
+def _http_error(status: int, message: str, retry_after: float | None = None) -> ProviderError:
     """An error answer as the error DSPy raises for that status (as LiteLLM's client classified it), which the
-    runtime's retry policy reads: transient (429, 5xx, 408) or not."""
+    runtime's retry policy reads: transient (429, 5xx, 408) or not, and how long the server asks it to wait."""
     message = f"HTTP {status}: {message}"
+    if retry_after is not None and status in (429, 503):
+        return (RateLimitError if status == 429 else ServerError)(message, status=status, retry_after=retry_after)
     if status in (401, 403):
         return AuthError(message, status=status)
     if status == 402:
@@ -376,8 +411,46 @@ def _http_error(status: int, message: str) -> ProviderError:
     return ProviderError(message, status=status)
 
 
-def _transport_error(exc: Exception) -> Exception:
-    if isinstance(exc, TimeoutError) or type(exc).__name__ in ("TimeoutException", "ReadTimeout", "ConnectTimeout",
-                                                                 "ServerTimeoutError"):
-        return LMTimeout(f"no answer within {SERVER_TIMEOUT_S:.0f}s: {exc}")
-    return TransportError(f"{type(exc).__name__}: {exc}")
+def _wait_s() -> float:
+    """How long a request may wait: the run's time left, at most `SERVER_TIMEOUT_S`."""
+    left = time_left()
+    return SERVER_TIMEOUT_S if left is None else max(0.001, min(SERVER_TIMEOUT_S, left))
+
+
+def _transport_error(exc: Exception, server: str, wait: float) -> BaseException:
+    """A request that got no answer: given up at the run's deadline, timed out, or its connection failed."""
+    timed_out = isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__
+    if timed_out and wait < SERVER_TIMEOUT_S:
+        return given_up(f"the request to the server at {server}")
+    if timed_out:
+        return LMTimeout(f"no answer within {wait:.0f}s: {exc}")
+    address = _address_of(exc) or server
+    return TransportError(f"cannot reach the server at {address} (is it running there?): {type(exc).__name__}: {exc}")
+
+
+def _retry_after(value: str | None) -> float | None:
+    """The seconds a Retry-After header asks for: a number of seconds or an HTTP date; None for none."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+        seconds = (when - datetime.datetime.now(datetime.UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _address_of(exc: Exception) -> str | None:
+    """The address a failed request went to, as the HTTP client's error knows it (httpx's request, aiohttp's
+    host and port)."""
+    try:
+        return str(exc.request.url)  # httpx: raises RuntimeError when the error has no request
+    except (AttributeError, RuntimeError):
+        pass
+    host, port = getattr(exc, "host", None), getattr(exc, "port", None)
+    return f"{host}:{port}" if host else None

@@ -3,12 +3,16 @@ on stderr), 3 the run failed. Scripted LMs, a loopback fake of the OpenAI API, r
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import loops
 import loops.lm
 from loops.cli import app
 from tests.loops.fake_openai import fake_openai, hosted
@@ -90,9 +94,35 @@ def test_an_unknown_model_exits_2_before_any_lm_call():
 def test_a_configuration_error_found_when_the_run_starts_exits_2(scripted, tmp_path):
     outcome = invoke("fix", "x", "-t", CHECK_ADD, "--workspace", str(tmp_path), "--target-file", "../outside.py")
 
-    assert_one_line_error(outcome, "'../outside.py'", "outside the workspace")
+    assert_one_line_error(outcome, "'../outside.py'", "escapes the workspace root")
     assert sum(calls(lm) for lm in scripted.lms) == 0
     assert not (tmp_path.parent / "outside.py").exists()
+
+
+@pytest.mark.parametrize(("saved", "command", "belongs_to"), [
+    ("CreatorCriticIterator", ["fix", "x", "-t", CHECK_ADD], "refine"),
+    ("DirectorExecutorEvaluatorController", ["fix", "x", "-t", CHECK_ADD, "--samples", "2"], "direct"),
+    ("ExecuteValidateController", ["refine", "x"], "fix"),
+    ("CreatorCriticIterator", ["direct", "x"], "refine"),
+])
+def test_a_saved_program_of_another_kind_exits_2_in_one_line(scripted, tmp_path, saved, command, belongs_to):
+    path = tmp_path / "saved.json"
+    getattr(loops, saved)().save(path)
+
+    outcome = invoke(*command, "--program", str(path))
+
+    assert_one_line_error(outcome, f"--program {str(path)!r} is a {saved}", f"give it to `loops {belongs_to}`")
+    assert sum(calls(lm) for lm in scripted.lms) == 0
+
+
+@pytest.mark.parametrize("args", [["refine", ""], ["run", "examples/workrail_loops.sexp"]])
+def test_an_error_found_as_the_run_starts_is_printed_alone(scripted, args):
+    # No empty table of role calls above it: nothing is drawn before the first role call.
+    outcome = invoke(*args)
+
+    assert outcome.exit_code == 2, outcome.output
+    assert outcome.stdout == ""
+    assert "requirements must be a non-empty str" in outcome.stderr or "unbound name 'target'" in outcome.stderr
 
 
 # --- 0, 1 and 3: how the run ended --------------------------------------------------------------
@@ -105,6 +135,19 @@ def test_fix_exits_0_when_the_tests_pass(scripted, tmp_path):
 
     assert outcome.exit_code == 0, outcome.output
     assert "tests pass" in outcome.stdout and (tmp_path / "solution.py").read_text() == GOOD
+
+
+def test_fix_writes_the_module_the_tests_import_and_says_so_first(scripted, tmp_path):
+    (tmp_path / "test_mul.py").write_text("from mul import mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n")
+    scripted.script = ["def mul(a, b):\n    return a * b\n"]
+
+    outcome = invoke("fix", "Write mul(a, b) that returns the product.", "--workspace", str(tmp_path),
+                     "-t", shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_mul.py"]))
+
+    assert outcome.exit_code == 0, outcome.output
+    assert outcome.stdout.startswith("the tests import mul: writing mul.py (--target-file chooses another)")
+    assert (tmp_path / "mul.py").read_text() == "def mul(a, b):\n    return a * b\n"
+    assert not (tmp_path / "solution.py").exists()
 
 
 def test_fix_exits_1_when_the_tests_still_fail(scripted, tmp_path):
@@ -179,3 +222,24 @@ def test_a_rejected_api_key_exits_2_with_one_line(monkeypatch):
 
     assert_one_line_error(outcome, "the LM refused the request", "Incorrect API key provided")
     assert server.requests == 1, "a rejected key is not retried"
+
+
+# --- help -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("columns", "width"), [(None, 100), ("72", 72)])
+def test_help_into_a_pipe_is_plain_text_at_a_width_it_can_hold(columns, width):
+    # Not a terminal: no boxes squeezed to rich's fallback of 80 columns; 100 columns, or COLUMNS.
+    environment = {key: value for key, value in os.environ.items() if key not in ("COLUMNS", "TERMINAL_WIDTH")}
+    if columns:
+        environment["COLUMNS"] = columns
+
+    script = Path(sys.executable).with_name("loops")  # the command as installed, as a user types it
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "loops"]
+    shown = subprocess.run([*command, "fix", "--help"], capture_output=True, text=True, env=environment, timeout=120)
+
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].endswith("loops fix [OPTIONS] {task}") and "╭" not in shown.stdout
+    assert max(map(len, lines)) <= width
+    assert any(line.strip().startswith("--target-file <str>") for line in lines)

@@ -6,7 +6,7 @@ import pytest
 from dspy.lm15 import RateLimitError, TransportError
 from dspy.utils import exceptions as dspy_errors
 
-from loops import Budget, ConfigurationError, CreatorCriticIterator, LimitReached, RetryPolicy, observing
+from loops import Budget, ConfigurationError, CreatorCriticIterator, LimitReached, RetryPolicy, RoleFailed, observing
 from loops.signatures import CriticSignature, IteratorSignature
 from tests.scripted import Phase, calls, request_text, scripted_lm
 
@@ -512,11 +512,30 @@ def test_python_phases_get_the_contracts_arguments_positionally_whatever_their_n
 
     assert creator.args == [("r", "c", 1)]
     assert critic.args == [("r", "draft 1", 1), ("r", "draft 2", 2)]
-    assert iterator.args == [("r", "draft 1", (False, "shorter"), 2)]  # the critic's value, unchanged
+    assert iterator.args == [("r", "draft 1", "shorter", 2)]  # the critic's feedback, as text
     assert (result.final, result.success, result.iterations, result.stop_reason) == ("draft 2", True, 2, "approved")
     assert result.best_attempt == {"iteration": 2, "draft": "draft 2", "verdict": (True, "")}
     assert result.lm_calls == 0
     assert [name for name, _ in module.named_predictors()] == []  # no LLM role was built
+
+
+def test_a_loop_shows_its_roles_custom_phases_included():
+    def create(requirements, context, iteration):
+        return "d"
+
+    custom = CreatorCriticIterator(creator=create, critic=Phase(True), iterator=Phase("d2"))
+    mixed = CreatorCriticIterator(max_iterations=2, critic=Phase(True))
+
+    assert repr(custom).splitlines() == [
+        "CreatorCriticIterator(max_iterations=3)",
+        f"  creator = {create.__qualname__} (custom phase)",
+        "  critic = Phase (custom phase)",
+        "  iterator = Phase (custom phase)"]
+    assert repr(mixed).splitlines() == [
+        "CreatorCriticIterator(max_iterations=2)",
+        "  creator = ChainOfThought(requirements, context, history -> reasoning, draft)",
+        "  critic = Phase (custom phase)",
+        "  iterator = Predict(requirements, draft, feedback, history -> improved_draft)"]
 
 
 class Verdict:
@@ -541,6 +560,39 @@ def test_the_builtin_iterator_gets_a_custom_critics_feedback_as_text():
 
     assert result.trace[2].inputs["feedback"] == "too long"
     assert "too long" in request_text(lms["iterator"].engine.requests[0])
+
+
+def test_a_custom_iterator_gets_the_feedback_as_text_and_an_error_in_it_points_at_its_line():
+    def revise(requirements, draft, feedback, iteration):
+        return draft + " " + feedback  # what the README's contract promises: text
+
+    def broken(requirements, draft, feedback, iteration):
+        return draft + iteration  # a bug of the caller's
+
+    critic = Phase((False, "make it longer"), True)
+    result = CreatorCriticIterator(creator=Phase("short"), critic=critic, iterator=revise)(requirements="r")
+    failed = CreatorCriticIterator(creator=Phase("short"), critic=Phase(False), iterator=broken)(requirements="r")
+
+    assert (result.final, result.success) == ("short make it longer", True)
+    assert result.best_attempt["verdict"] is True and result.trace[1].outputs == {"result": (False, "make it longer")}
+    assert failed.stop_reason == "error" and isinstance(failed.error, RoleFailed)
+    line = broken.__code__.co_firstlineno + 1
+    assert str(failed.error).endswith(f"TypeError: can only concatenate str (not \"int\") to str "
+                                      f"(at {__file__}:{line} in broken: return draft + iteration  # a bug of the "
+                                      "caller's)")
+
+
+@pytest.mark.parametrize("max_iterations", [0, 1])
+def test_a_role_that_will_not_run_needs_no_lm(max_iterations):
+    # Custom creator and critic: the built-in iterator revises from iteration 2 on, so it needs no LM before.
+    module = CreatorCriticIterator(max_iterations=max_iterations, creator=Phase("d"), critic=Phase(False))
+
+    with dspy.context(lm=None):
+        result = module(requirements="r")
+
+        assert (result.stop_reason, result.iterations, result.lm_calls) == ("max_iterations", max_iterations, 0)
+        with pytest.raises(ConfigurationError, match="no LM is configured for the iterator role"):
+            module(requirements="r", max_iterations=2)
 
 
 def test_a_custom_critic_returning_something_else_raises_saying_what_to_return():

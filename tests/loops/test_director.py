@@ -132,14 +132,11 @@ def test_never_passing_stops_at_max_iterations_with_exact_llm_calls(max_iteratio
     assert directors == ["a poem", *(f"a poem\n\nNext: fix {i}" for i in n)][:max_iterations]
 
 
-BEST_OF = {0: None, 1: 1, 4: 2}
-
-
 @pytest.mark.parametrize("max_iterations", [0, 1, 4])
-def test_at_max_iterations_final_is_the_last_result_and_best_attempt_the_best(max_iterations):
+def test_at_max_iterations_final_and_best_attempt_are_the_last_result(max_iterations):
     n = range(1, max_iterations + 1)
-    evaluator = Phase("FAIL", "PASS", "FAIL")
-    controller = Phase(("continue", "go on"))  # continues even after a PASS
+    evaluator = Phase("FAIL")  # a PASS would have ended the loop
+    controller = Phase(("continue", "go on"))
     scripts = {"director": [planned(f"P{i}") for i in n], "executor": [done(f"R{i}") for i in n]}
     module, lms = loop_with(scripts, evaluator=evaluator, controller=controller,
                             max_iterations=max_iterations)
@@ -155,9 +152,8 @@ def test_at_max_iterations_final_is_the_last_result_and_best_attempt_the_best(ma
         return
     assert result.final == f"R{max_iterations}"  # the LAST result...
     assert result.success is False  # ...judged by its own verdict
-    best = result.best_attempt  # ...while the best is kept apart
-    assert (best["iteration"], best["result"], best["feedback"]) == (
-        BEST_OF[max_iterations], f"R{BEST_OF[max_iterations]}", "FAIL" if max_iterations == 1 else "PASS")
+    best = result.best_attempt  # ...and of equal verdicts the best is the latest
+    assert (best["iteration"], best["result"], best["feedback"]) == (max_iterations, f"R{max_iterations}", "FAIL")
 
 
 # --- what the controller decides -----------------------------------------------------------------
@@ -225,7 +221,7 @@ def test_an_exception_in_any_phase_ends_the_loop_with_the_earlier_work_kept(fail
     answers = {
         "director": ["plan 1", "plan 2"],
         "executor": ["result 1", "result 2"],
-        "evaluator": ["PASS", "FAIL"],
+        "evaluator": ["FAIL", "FAIL"],
         "controller": [("continue", "input 2"), ("continue", "input 3")],
     }
     answers[failing][1] = boom
@@ -242,11 +238,14 @@ def test_an_exception_in_any_phase_ends_the_loop_with_the_earlier_work_kept(fail
     expected = [(role, 1) for role in ROLES] + [(role, 2) for role in ROLES[: ROLES.index(failing) + 1]]
     assert roles_and_iterations(result) == expected
     assert result.trace[-1].error == f"ValueError: {failing} broke"
-    assert result.best_attempt == {"iteration": 1, "plan": "plan 1", "result": "result 1", "feedback": "PASS"}
-    # Once the second result exists it is `final` (unjudged when the evaluator failed on it); the
-    # best attempt stays the first, which passed.
+    # Once the second result exists it is `final` (unjudged when the evaluator failed on it); the best
+    # attempt stays the first, judged, unless the second was judged as well.
+    judged_late = failing == "controller"
+    best = 2 if judged_late else 1
+    assert result.best_attempt == {"iteration": best, "plan": f"plan {best}", "result": f"result {best}",
+                                   "feedback": "FAIL"}
     failed_late = failing in ("evaluator", "controller")
-    assert (result.final, result.success) == (("result 2", False) if failed_late else ("result 1", True))
+    assert (result.final, result.success) == ("result 2" if failed_late else "result 1", False)
     assert phases["director"].args == [("goal", 1), ("input 2", 2)]
 
 
@@ -331,6 +330,20 @@ def test_the_builtin_controller_reads_any_evaluator_verdict_shape(feedback, succ
 
     assert (result.success, result.stop_reason, result.final) == (success, "stopped", "R1")
     assert calls(lms["controller"]) == (0 if success else 1)  # a pass stops without asking it
+
+
+@pytest.mark.parametrize("passed", [True, "PASS", {"status": "PASS"}])
+def test_an_evaluators_pass_ends_the_loop_whatever_a_custom_controller_says(passed):
+    # A controller that always goes on: after a PASS the loop stops all the same, and says so honestly.
+    controller = Phase(("continue", "once more"))
+    module = DirectorExecutorEvaluatorController(max_iterations=3, director=Phase("plan"), executor=Phase("result"),
+                                                 evaluator=Phase(passed), controller=controller)
+
+    result = module(initial_input="goal")
+
+    assert (result.final, result.success, result.stop_reason, result.iterations) == ("result", True, "stopped", 1)
+    assert controller.calls == 1 and "max_iterations" not in " ".join(result.warnings)
+    assert "the evaluator passed" in result.trace[-1].note
 
 
 def test_only_the_llm_roles_that_run_are_built():

@@ -23,6 +23,7 @@ from loops import (
 from loops.code.python import align_names, extract_code, failure_digest, names_the_tests_miss
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from loops.signatures.results import ControllerDecision, TaskResult, ValidationResult
+from tests.processes import killed, unique_marker
 from tests.scripted import Phase, calls, request_text, scripted_lm
 
 NO_WAIT = RetryPolicy(backoff_s=0)
@@ -327,8 +328,10 @@ def test_an_exception_in_a_phase_raises_when_strict():
     assert raised.value.__cause__ is boom
     prediction = raised.value.prediction
     assert (prediction.stop_reason, prediction.final) == ("error", "x = 1")  # the attempt is kept
-    assert prediction.warnings == ["stopped by an error: RoleFailed: validator failed after 1 attempt(s): "
-                                   "RuntimeError: validator crashed"]
+    [warning] = prediction.warnings  # where the phase raised, in the caller's code (here, the test's Phase)
+    assert warning.startswith("stopped by an error: RoleFailed: validator failed after 1 attempt(s): "
+                              "RuntimeError: validator crashed (at ")
+    assert warning.endswith("scripted.py:" f"{Phase.__call__.__code__.co_firstlineno + 4} in __call__: raise answer)")
 
 
 # --- phases --------------------------------------------------------------------------------------
@@ -385,9 +388,12 @@ async def test_async_phases_are_awaited_by_aforward():
 @pytest.mark.parametrize(("options", "inputs", "error", "message"), [
     ({}, {"initial_input": None}, ConfigurationError, "initial_input is None"),
     ({}, {"initial_input": 42}, ConfigurationError, "the built-in executor needs a str or a dict"),
-    ({"target_file": "../outside.py"}, {}, ConfigurationError, "target file '../outside.py' is outside the workspace"),
+    ({"target_file": "../outside.py"}, {}, ConfigurationError,
+     "the target file cannot be written: workspace file path '../outside.py' escapes the workspace root"),
     ({}, {"initial_input": {"prompt": "t", "target_file": "/etc/solution.py"}}, ConfigurationError,
-     "outside the workspace"),
+     "workspace file path '/etc/solution.py' is absolute"),
+    ({"target_file": "pkg/"}, {}, ConfigurationError, "'pkg/' ends with a separator, so it names a directory"),
+    ({}, {"test_command": 123}, ConfigurationError, "the test command must be a string, got 123 (int)"),
     ({}, {"test_command": "no-such-executable-xyz --run"}, CommandNotFoundError,
      "executable 'no-such-executable-xyz' not found on PATH"),
 ])
@@ -409,6 +415,50 @@ def test_a_target_file_outside_a_given_workspace_raises_before_any_lm_call(tmp_p
 
     assert call_counts(lms) == {"executor": 0, "analyst": 0}
     assert not (tmp_path / "escaped.py").exists()
+
+
+def test_a_target_file_reached_through_a_symlink_out_of_a_path_workspace_raises_before_any_lm_call(tmp_path):
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (workspace / "link").symlink_to(outside)
+    module, lms = loop_with([wrote(GOOD)], [analysed()], workspace=str(workspace), target_file="link/solution.py")
+
+    with pytest.raises(ConfigurationError,
+                       match=r"'link/solution.py' escapes the workspace root .* \(through a symlink\)"):
+        module(initial_input="write odd_list", test_command=CHECK_ODD)
+
+    assert call_counts(lms) == {"executor": 0, "analyst": 0}
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("workspace", ["a path", "a temporary one"])
+def test_a_target_file_whose_name_starts_with_two_dots_is_a_file_inside_the_workspace(tmp_path, workspace):
+    module, lms = loop_with([wrote(GOOD)], [analysed()], workspace=str(tmp_path) if workspace == "a path" else None,
+                            target_file="..sol.py")
+
+    result = module(initial_input="write odd_list",
+                    test_command=py("import runpy; assert runpy.run_path('..sol.py')['odd_list']([1, 2, 3]) == [1, 3]"))
+
+    assert result.success and call_counts(lms)["executor"] == 1
+    if workspace == "a path":
+        assert (tmp_path / "..sol.py").read_text() == GOOD
+
+
+def test_a_test_command_that_leaves_a_process_running_outside_its_group_is_killed_with_a_warning(tmp_path):
+    marker = unique_marker()
+    command = shlex.join(["sh", "-c", f"setsid sleep {marker} >/dev/null 2>&1 & sleep 0.2; {CHECK_ODD}"])
+    module, lms = loop_with([wrote(GOOD)], [analysed()], workspace=str(tmp_path))
+
+    try:
+        result = module(initial_input="write odd_list", test_command=command)
+    finally:
+        survivors = killed(marker)
+
+    assert result.success
+    assert any("left its process group; they were killed when it ended: pid " in warning and marker in warning
+               for warning in result.warnings), result.warnings
+    assert survivors == []
 
 
 def test_a_custom_executor_without_files_is_rejected_when_the_builtin_validator_needs_them(tmp_path):
@@ -472,6 +522,21 @@ def test_only_the_llm_roles_that_run_are_built():
     assert [name for name, _ in custom.named_predictors()] == ["executor"]
     assert not hasattr(custom, "analyst")
     assert [name for name, _ in ExecuteValidateController(executor=Phase("x")).named_predictors()] == ["analyst"]
+
+
+@pytest.mark.parametrize("max_iterations", [1, 3])
+def test_a_custom_executor_runs_with_no_lm_at_all(tmp_path, max_iterations):
+    # The analyst follows the model, and there is none: it does not run, so it needs none (no analyst=False).
+    module = ExecuteValidateController(max_iterations=max_iterations, executor=Phase({"solution.py": BAD},
+                                                                                       {"solution.py": GOOD}),
+                                       workspace=Workspace(tmp_path))
+
+    with dspy.context(lm=None):
+        result = module(initial_input="task", test_command=CHECK_ODD)
+
+    assert (result.success, result.lm_calls) == (max_iterations > 1, 0)
+    assert [step.role for step in result.trace][:3] == ["executor", "validator", "executor"][:2 * max_iterations]
+    assert module.settings()["analyst"] is False
 
 
 def test_the_builtin_validator_is_cut_off_at_the_runs_deadline(tmp_path):

@@ -124,9 +124,12 @@ def test_a_finished_run_replays_without_any_lm_call():
     with dspy.context(lm=second_lm):
         again = module(requirements="a slogan", run_id="r1")
     assert calls(second_lm) == 0
-    assert (again.final, again.stop_reason, again.lm_calls, again.warnings) == (
-        first.final, first.stop_reason, first.lm_calls, first.warnings)
+    assert (again.final, again.stop_reason, again.warnings, again.tokens) == (
+        first.final, first.stop_reason, first.warnings, first.tokens)
+    # This process sent nothing: every request the run needed was answered from the record.
+    assert (again.lm_calls, again.replayed, first.replayed) == (0, first.lm_calls, 0)
     assert steps(again) == steps(first)
+    assert all(step.replayed for step in again.trace) and not any(step.replayed for step in first.trace)
     assert [(run.run_id, run.calls, run.stop_reason) for run in store.runs()] == [("r1", 6, "max_iterations")]
 
 
@@ -185,7 +188,7 @@ _KILLED_RUN = textwrap.dedent("""
     with dspy.context(lm=scripted_lm(answer), adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
         result = module(requirements="a slogan", run_id="r1")
     print(json.dumps({"final": result.final, "stop_reason": result.stop_reason, "lm_calls": result.lm_calls,
-                      "warnings": result.warnings,
+                      "replayed": result.replayed, "warnings": result.warnings,
                       "trace": [[s.role, s.iteration, s.outputs, s.attempts, s.lm_calls] for s in result.trace]}))
 """)
 
@@ -209,10 +212,14 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_result_without_repeating_
     resumed = _run_killable(tmp_path, tmp_path / "runs.db", -1, tmp_path / "runs.count")
     assert resumed.returncode == 0, resumed.stderr
 
-    assert json.loads(resumed.stdout) == expected
+    outcome = json.loads(resumed.stdout)
+    sent, replayed = outcome.pop("lm_calls"), outcome.pop("replayed")
+    assert outcome == {key: value for key, value in expected.items() if key not in ("lm_calls", "replayed")}
     # The killed request was made but never answered: it is the only one asked twice.
     assert len((tmp_path / "runs.count").read_text().splitlines()) == requests_needed + 1
-    assert expected["lm_calls"] == requests_needed
+    assert (expected["lm_calls"], expected["replayed"]) == (requests_needed, 0)
+    # The resumed process counts what it sent; what the record answered is beside it: together, the run.
+    assert (sent, replayed) == (4, 5) and sent + replayed == requests_needed
     assert expected["warnings"][0] == "critic: answer could not be parsed; asked again"
 
 

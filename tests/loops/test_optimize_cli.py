@@ -42,6 +42,8 @@ def test_optimize_saves_a_program_that_eval_and_refine_then_run(lm, tmp_path):
 
     assert optimized.exit_code == 0, optimized.output
     assert "bootstrap: creator_critic_metric" in optimized.output and f"saved to {out}" in optimized.output
+    # Trained under the context's LM (--model): said as the program is saved, not first when it cannot run.
+    assert "note: the saved program names no LM for creator.predict, critic, iterator" in optimized.output
     report = json.loads(out.read_text())["loops"]["report"]
     assert report["train_examples"] == 3 and report["val_examples"] == 2
     assert report["program"]["arguments"] == {"max_iterations": 1}
@@ -54,6 +56,21 @@ def test_optimize_saves_a_program_that_eval_and_refine_then_run(lm, tmp_path):
     ran = invoke("refine", "hard note", "--program", out)
     assert ran.exit_code == 0, ran.output  # taught by its demos, the critic approves a hard task
     assert "approved" in ran.output
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_optimize_shows_one_progress_display_and_dspys_logs_only_when_asked(lm, tmp_path, verbose):
+    data = tmp_path / "notes.jsonl"
+    records = [{"requirements": f"easy note {n}", "split": "train"} for n in range(2)] + [
+        {"requirements": "hard note", "split": "validation"}]
+    data.write_text("\n".join(json.dumps(record) for record in records) + "\n")
+
+    outcome = invoke("optimize", "refine", "--data", data, "--train", 2, "--out", tmp_path / "out.json",
+                     "--max-iterations", 1, *(["--verbose"] if verbose else []))
+
+    assert outcome.exit_code == 0, outcome.output
+    assert "it/s]" not in outcome.output and "%|" not in outcome.output  # no tqdm bar between the display's lines
+    assert ("Bootstrapped" in outcome.output) is verbose  # DSPy's INFO line, with its off-by-one count
 
 
 def test_fix_reads_mbpp_data_train_split_to_optimize_validation_split_to_score(monkeypatch, tmp_path):
@@ -105,7 +122,9 @@ def test_a_dsl_program_is_optimized_and_run_from_its_saved_file(monkeypatch, tmp
     monkeypatch.setattr(loops.lm, "resolve", lambda model, **options: universal_lm())
     source = Path(__file__).resolve().parents[2] / "examples" / "creator_critic.sexp"
     data = tmp_path / "slogans.jsonl"
-    data.write_text("\n".join(json.dumps({"product": f"a bottle {n}", "max-words": 12}) for n in range(4)) + "\n")
+    # The scripted creator drafts "a draft": the example's critic rule approves it for a product named "... draft",
+    # and only a program that succeeded (its loop approved) gives demos.
+    data.write_text("\n".join(json.dumps({"product": f"model {n} draft", "max-words": 12}) for n in range(4)) + "\n")
     out = tmp_path / "slogans.json"
 
     optimized = invoke("optimize", source, "--data", data, "--train", 2, "--val", 2, "--out", out)
@@ -114,7 +133,7 @@ def test_a_dsl_program_is_optimized_and_run_from_its_saved_file(monkeypatch, tmp
     assert saved["loops"]["report"]["program"]["source"] == source.read_text()
     assert saved["loops"]["report"]["changes"]["user:create"]["demos"] == 2
 
-    ran = invoke("run", source, "--program", out, "--set", "product=a bike", "--set", "max-words=12")
+    ran = invoke("run", source, "--program", out, "--set", "product=a bike draft", "--set", "max-words=12")
     assert ran.exit_code == 0, ran.output
 
     other = tmp_path / "other.sexp"
@@ -159,3 +178,19 @@ def test_optimize_keeps_the_better_program_unless_told_to_keep_the_optimized_one
     assert kept[False][0] == "baseline" and "kept the baseline: the optimized program did not score higher" \
         in kept[False][1]
     assert kept[True][0] == "optimized" and "kept the optimized program, as asked" in kept[True][1]
+
+
+def test_a_dsl_program_that_uses_the_shell_is_granted_it_as_loops_run_grants_it(lm, tmp_path):
+    program = tmp_path / "shell.sexp"
+    program.write_text('(define run (system:execute_shell_command (command "echo hi")))\n'
+                       '(list (list \'success (equal? (get-field run "exit_code") 0)))\n')
+    data = tmp_path / "cases.jsonl"
+    data.write_text('{"word": "a", "split": "validation"}\n')
+
+    refused = invoke("eval", program, "--data", data)
+    assert refused.exit_code == 2 and "--allow-shell" in refused.output, refused.output
+    granted = invoke("eval", program, "--data", data, "--allow-executable", "echo")
+    assert granted.exit_code == 0, granted.output
+    assert "solved 1 of 1" in granted.output
+    pattern = invoke("eval", "refine", "--data", data, "--allow-shell")
+    assert pattern.exit_code == 2 and "is not one" in pattern.output, pattern.output

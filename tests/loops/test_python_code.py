@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from loops import ConfigurationError
-from loops.code import Interface, align_names, code_request, hardcoded_asserts, read_interface
+from loops.code import Interface, align_names, code_request, hardcoded_asserts, module_the_tests_import, read_interface
 from loops.signatures.results import CodeRequest
 
 MBPP_STYLE = (
@@ -51,6 +51,21 @@ def test_the_test_command_is_read_too_a_python_c_program_and_the_files_it_names(
 
     assert read_interface(tmp_path, command, target_file="lib/core.py").names == ("add",)
     assert read_interface(tmp_path, f"{sys.executable} check.py", target_file="lib/core.py").names == ("mean",)
+
+
+@pytest.mark.parametrize(("files", "command", "expected"), [
+    ({"test_mul.py": "from mul import mul\nimport pytest, json\n"}, "pytest -q", "mul.py"),
+    ({"tests_of.py": "import geometry.shapes\n"}, "pytest -q tests_of.py", "geometry/shapes.py"),
+    ({}, "python -c 'from solution import add; assert add(1, 2) == 3'", "solution.py"),
+    ({"test_a.py": "from helpers import x\nfrom mul import mul\n", "helpers.py": "x = 1\n"}, "pytest", "mul.py"),
+    ({"test_a.py": "from one import a\nfrom two import b\n"}, "pytest", None),  # which one: not ours to guess
+    ({"test_a.py": "import os, sys, pytest\nfrom test_b import helper\n"}, "pytest", None),
+])
+def test_the_module_the_tests_import_is_the_file_they_expect(tmp_path, files, command, expected):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+
+    assert module_the_tests_import(tmp_path, command) == expected
 
 
 def test_no_tests_or_unparseable_tests_give_an_empty_interface(tmp_path):

@@ -9,7 +9,6 @@ import http.server
 import json
 import logging
 import pickle
-import re
 import socket
 import sys
 import threading
@@ -30,12 +29,8 @@ from loops.lm import MODEL, REMOTE_MAX_TOKENS, ServerEngine, ServerLM, resolve
 from loops.profile import adapter_for
 from loops.runtime import is_transient, setup_error
 from loops.saving import lm_reference
-from tests.loops.fake_openai import hosted
+from tests.loops.fake_openai import LLAMA_CPP_REFUSAL, answer_content, hosted
 from tests.scripted import scripted_lm
-
-# What llama-cpp-python's server answers to a response_format it does not take (its HTTP status is 500).
-LLAMA_CPP_REFUSAL = ("1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
-                     "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}")
 
 
 class RecordingServer(http.server.ThreadingHTTPServer):
@@ -62,19 +57,6 @@ class RecordingServer(http.server.ThreadingHTTPServer):
         return [(body.get("response_format") or {}).get("type") for body in self.bodies]
 
 
-def _answer(body: dict) -> str:
-    """A JSON object with the keys the request asks for: from its schema, else from the adapter's words."""
-    response_format = body.get("response_format") or {}
-    schema = (response_format.get("json_schema") or {}).get("schema") or response_format.get("schema")
-    if schema:
-        kinds = {key: field.get("type") for key, field in schema["properties"].items()}
-    else:
-        request = body["messages"][-1]["content"]
-        keys = re.findall(r"`(\w+)`", request[request.rfind("Respond with a JSON object"):])
-        kinds = {key: "boolean" if key == "approved" or key.endswith("_passed") else "string" for key in keys}
-    return json.dumps({key: True if kind == "boolean" else f"a {key}" for key, kind in kinds.items()})
-
-
 class _RecordingHandler(http.server.BaseHTTPRequestHandler):
     server: RecordingServer
 
@@ -88,7 +70,7 @@ class _RecordingHandler(http.server.BaseHTTPRequestHandler):
             status = self.server.failure_status if self.server.failure else 500
             answer = {"error": {"message": message, "type": "internal_server_error"}}
         else:
-            content = _answer(body)
+            content = answer_content(body, approve=True)
             status, answer = 200, {
                 "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": body["model"],
                 "choices": [{"index": 0, "finish_reason": "stop",
@@ -179,7 +161,7 @@ def test_a_served_model_is_a_server_lm_that_takes_a_json_schema(monkeypatch):
     ("local", "json", dspy.JSONAdapter),
     ("openai/gpt-4o-mini", None, type(None)),  # DSPy's default (ChatAdapter) applies
     ("openai/gpt-4o-mini", "json", dspy.JSONAdapter),
-    ("openai/smollm2@server", None, type(None)),
+    ("openai/smollm2@server", None, CompactJSONAdapter),  # a server of one's own: its schema goes with each request
     ("openai/smollm2@server", "compact", CompactJSONAdapter),
     ("openai/smollm2@server", "chat", dspy.ChatAdapter),
 ])
@@ -413,6 +395,30 @@ async def test_a_server_that_is_not_there_is_a_transient_transport_error(asynchr
     with pytest.raises(LM_ERRORS.LMTransportError) as caught:
         await lm.acall("Hi") if asynchronous else lm("Hi")
     assert is_transient(caught.value)
+    caught.match(rf"cannot reach the server at (http://)?127\.0\.0\.1:{port}")  # the URL (httpx), host:port (aiohttp)
+
+
+def test_a_refused_connection_names_the_address_in_the_commands_output():
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    outcome = CliRunner().invoke(app, ["refine", "x", "--model", "openai/smollm2", "--api-base",
+                                       f"http://127.0.0.1:{port}/v1", "--timeout", "30"])
+
+    assert outcome.exit_code == 3, outcome.output
+    assert f"cannot reach the server at http://127.0.0.1:{port}/v1/chat/completions" in " ".join(outcome.output.split())
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_a_request_that_cannot_be_sent_is_no_transport_fault_and_is_not_retried(server, monkeypatch,
+                                                                                      asynchronous):
+    monkeypatch.setenv("LOOPS_TEST_KEY", "sk-pasted\nwith a line break")  # no HTTP header may hold it
+    lm = resolve("openai/smollm2", api_base=server.base_url, api_key_env="LOOPS_TEST_KEY").copy(cache=False)
+    with pytest.raises(LM_ERRORS.LMError) as caught:
+        await lm.acall("Hi") if asynchronous else lm("Hi")
+    assert not isinstance(caught.value, LM_ERRORS.LMTransportError) and not is_transient(caught.value)
+    assert server.bodies == []
 
 
 def test_a_saved_server_lm_keeps_its_address_but_never_its_key(monkeypatch):

@@ -406,7 +406,7 @@ def test_a_role_that_keeps_failing_stops_at_max_lm_calls_not_at_its_attempts():
 
     assert (requests(lm), result.lm_calls, result.stop_reason) == (4, 4, "lm_calls")
     assert result.trace[-1].attempts == 4 and result.trace[-1].error
-    assert "max_lm_calls=4 reached before a retry" in result.warnings[-1]
+    assert result.warnings[-1] == "stopped in creator before a retry after 4 LM calls: max_lm_calls=4 reached"
 
 
 # --- the deadline ------------------------------------------------------------------------------------

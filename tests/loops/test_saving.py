@@ -20,3 +20,15 @@ def test_a_role_keeps_its_model_string_but_never_a_servers_address(tmp_path):
     # The server's model name alone would reach the provider's public address: the role takes the context's LM.
     assert loaded.creator.predict.lm is None
     assert lm_reference(resolve("local")) == "local"
+
+
+def test_saving_says_which_roles_name_no_lm_of_their_own(tmp_path, caplog):
+    program = CreatorCriticIterator()
+    program.critic.set_lm(resolve("local"))
+
+    with caplog.at_level("WARNING", logger="loops"):
+        program.save(tmp_path / "program.json")
+
+    [record] = caplog.records
+    assert record.getMessage().startswith(f"{tmp_path / 'program.json'}: the saved program names no LM for "
+                                          "creator.predict, iterator: they run on the context's LM")

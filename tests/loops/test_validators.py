@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import os
+import re
 import shlex
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -18,12 +17,14 @@ import pytest
 from loops.errors import CommandNotFoundError, ConfigurationError
 from loops.signatures.results import ValidationResult
 from loops.validators import (
+    SAFE_ENVIRONMENT,
     CallableValidator,
     PytestValidator,
     ShellValidator,
     Workspace,
     parse_pytest_counts,
 )
+from tests.processes import alive, killed, processes_with, unique_marker
 
 PY = shlex.quote(sys.executable)
 
@@ -31,15 +32,6 @@ PY = shlex.quote(sys.executable)
 def py(code: str, *args: str) -> str:
     """A portable command line running `code` with this interpreter."""
     return shlex.join([sys.executable, "-c", code, *args])
-
-
-def process_alive(pid: int) -> bool:
-    """True while `pid` runs; a zombie (killed, not yet reaped by init) counts as gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 # --- Workspace -----------------------------------------------------------------------------------
@@ -87,9 +79,11 @@ def test_read_skips_missing_files(tmp_path):
         ("/etc/passwd", "is absolute"),
         ("../outside.txt", "escapes the workspace root"),
         ("a/../../outside.txt", "escapes the workspace root"),
-        (".", "escapes the workspace root"),
+        (".", "is the workspace root itself"),
         ("", "empty"),
         ("link/inside.txt", "escapes the workspace root"),
+        ("a/", "ends with a separator, so it names a directory"),
+        ("fine.txt/", "ends with a separator"),
     ],
 )
 def test_workspace_rejects_escaping_paths(tmp_path, path, message):
@@ -208,9 +202,9 @@ def test_hanging_command_and_its_children_are_killed_at_the_timeout():
         assert result.stdout == "started\n", "output printed before the timeout is kept"
         child_pid = int(workspace.read("child.pid")["child.pid"])
     deadline = time.monotonic() + 3
-    while process_alive(child_pid) and time.monotonic() < deadline:
+    while alive(child_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not process_alive(child_pid), "the child of the timed-out command must be killed too"
+    assert not alive(child_pid), "the child of the timed-out command must be killed too"
 
 
 def test_background_process_left_behind_does_not_block():
@@ -220,38 +214,68 @@ def test_background_process_left_behind_does_not_block():
     assert (result.exit_code, result.stdout, result.error) == (0, "done\n", None)
 
 
+# Ways a test command's descendant leaves its process group and survives the command: each writes the
+# escaped process's pid to PID, and the command waits for that file, so the process has left the group
+# before the command ends. {sleep} is a `sleep` of a duration no other process uses, to find it by.
+ESCAPES = {
+    "setsid, holding the pipes": "setsid sh -c 'echo $$ > PID.tmp; mv PID.tmp PID; exec {sleep}' &",
+    "setsid, pipes closed": "setsid sh -c 'echo $$ > PID.tmp; mv PID.tmp PID; exec {sleep}' >/dev/null 2>&1 &",
+    "nohup setsid": "nohup setsid sh -c 'echo $$ > PID.tmp; mv PID.tmp PID; exec {sleep}' >/dev/null 2>&1 &",
+    "a daemon's double fork": py("import os, sys\n"
+                                 "if os.fork() == 0:\n"
+                                 "    os.setsid()\n"
+                                 "    if os.fork() == 0:\n"
+                                 "        open('PID.tmp', 'w').write(str(os.getpid())); os.rename('PID.tmp', 'PID')\n"
+                                 "        os.execvp('sh', ['sh', '-c', 'exec {sleep}'])\n"
+                                 "    os._exit(0)\n") + " &",
+}
+
+
 @pytest.fixture
-def escaped(tmp_path):
-    """A shell command fragment starting a `setsid` process that escapes the command's process group
-    holding its stdout and stderr, and writes its pid to a file; the fixture kills it afterwards."""
-    if shutil.which("setsid") is None:
-        pytest.skip("needs setsid(1)")
-    pid_file = shlex.quote(str(tmp_path / "escaped.pid"))
-    # The wait for the pid file keeps the command from exiting (and its group from being killed)
-    # before the background process has left the group.
-    yield f"setsid sh -c 'echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 30' & " \
-          f"while [ ! -e {pid_file} ]; do sleep 0.01; done;"
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(int((tmp_path / "escaped.pid").read_text()), signal.SIGKILL)
+def escape(request, tmp_path):
+    """A shell command fragment whose descendant escapes the command's process group (one of `ESCAPES`),
+    then waits until it has; the fixture's value is (fragment, marker). Afterwards it kills any survivor
+    and fails the test if there was one."""
+    if shutil.which("setsid") is None or not sys.platform.startswith("linux"):
+        pytest.skip("needs Linux and setsid(1)")
+    marker = unique_marker()
+    pid_file = str(tmp_path / "escaped.pid")
+    fragment = ESCAPES[request.param].replace("{sleep}", f"sleep {marker}").replace("PID", pid_file)
+    # Wait until the escaped process has become `sleep MARKER` (it writes its pid just before it execs).
+    pid = shlex.quote(pid_file)
+    ready = f"[ -e {pid} ] && tr '\\0' ' ' < /proc/$(cat {pid})/cmdline | grep -q '^sleep '"
+    yield f"{fragment} until {ready}; do sleep 0.01; done;", marker
+    assert killed(marker) == [], "an escaped process was left running"
 
 
-def test_a_process_that_escapes_its_group_costs_a_fraction_of_a_second_and_is_reported(escaped):
+@pytest.mark.parametrize("escape", ESCAPES, indirect=True)
+def test_a_process_that_escapes_its_group_is_killed_when_the_command_ends_and_reported(escape):
+    fragment, marker = escape
     started = time.monotonic()
-    result = ShellValidator(shell=True, timeout_s=5)(f"{escaped} echo hi", 0)
+    result = ShellValidator(shell=True, timeout_s=30)(f"{fragment} echo hi", 0)
 
-    assert time.monotonic() - started < 1.5
-    assert (result.exit_code, result.stdout, result.timed_out) == (0, "hi\n", False)
-    assert result.error == ("stdout and stderr still open after the command exited: a process escaped its "
-                            "process group; output may be incomplete")
+    assert time.monotonic() - started < 5
+    assert (result.exit_code, result.stdout, result.timed_out, result.error) == (0, "hi\n", False, None)
+    assert len(result.escaped) == 1 and result.escaped[0].startswith("pid ") and marker in result.escaped[0]
+    assert processes_with(marker) == []
 
 
-def test_an_escaped_process_does_not_stretch_the_timeout(escaped):
+@pytest.mark.parametrize("escape", ["setsid, holding the pipes", "a daemon's double fork"], indirect=True)
+def test_a_process_that_escapes_a_command_that_times_out_is_killed_too(escape):
+    fragment, marker = escape
     started = time.monotonic()
-    result = ShellValidator(shell=True, timeout_s=1)(f"{escaped} echo hi; sleep 30", 0)
+    result = ShellValidator(shell=True, timeout_s=1)(f"{fragment} echo hi; sleep 30", 0)
 
     assert time.monotonic() - started < 1 + 1.5
-    assert (result.timed_out, result.exit_code, result.stdout) == (True, -9, "hi\n")
-    assert result.error.startswith("timed out after 1s; stdout and stderr still open after the command was killed")
+    assert (result.timed_out, result.exit_code, result.stdout, result.error) == (True, -9, "hi\n",
+                                                                                 "timed out after 1s")
+    assert len(result.escaped) == 1 and marker in result.escaped[0]
+    assert processes_with(marker) == []
+
+
+def test_a_command_that_leaves_nothing_behind_reports_no_escaped_process():
+    result = ShellValidator(shell=True, timeout_s=30)("sleep 30 & echo done", 0)
+    assert (result.exit_code, result.stdout, result.escaped) == (0, "done\n", [])
 
 
 def test_output_written_just_before_exit_is_kept():
@@ -400,15 +424,18 @@ def test_clean_env(monkeypatch, clean_env, env, expected):
     assert result.stdout.strip() == expected
 
 
-def test_clean_env_keeps_only_the_basics():
+def test_clean_env_keeps_only_the_basics(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     # LC_CTYPE may be set by Python's own locale coercion (PEP 538) inside the child.
     code = "import os; print(sorted(k for k in os.environ if k != 'LC_CTYPE'))"
     result = ShellValidator(clean_env=True, env={"EXTRA": "1"})(py(code), 0)
-    assert set(eval(result.stdout)) <= {"PATH", "HOME", "LANG", "EXTRA"}
+    assert "PATH" in eval(result.stdout) and set(eval(result.stdout)) <= {*SAFE_ENVIRONMENT, "EXTRA"}
+    assert "sk-secret" not in ShellValidator(clean_env=True)("env", 0).stdout
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"), [({"timeout_s": 0}, "timeout_s"), ({"max_output_chars": -1}, "max")]
+    ("kwargs", "message"), [({"timeout_s": 0}, "timeout_s"), ({"timeout_s": float("nan")}, "timeout_s"),
+                            ({"max_output_chars": -1}, "max")]
 )
 def test_bad_settings(kwargs, message):
     with pytest.raises(ConfigurationError, match=message):
@@ -551,3 +578,14 @@ def test_rewriting_a_module_within_a_second_never_runs_its_old_bytecode(tmp_path
     second = check(command)
 
     assert (first.exit_code, second.exit_code) == (3, 0)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0, -1, "5", True])
+def test_a_validator_timeout_that_is_not_a_positive_finite_number_is_refused(timeout):
+    from loops import ExecuteValidateController
+
+    message = f"timeout_s must be a positive, finite number of seconds, got {timeout!r}"
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        ShellValidator(timeout_s=timeout)
+    with pytest.raises(ConfigurationError, match=re.escape(message)):  # a NaN would never cap the run's time left
+        ExecuteValidateController(validator_timeout_s=timeout)

@@ -10,7 +10,7 @@ import pytest
 
 from loops import ConfigurationError, ExecuteValidateController
 from loops.optimize import execute_validate_metric
-from loops.optimize.datasets import MBPP_TEST_COMMAND, MBPP_TEST_FILE, mbpp
+from loops.optimize.datasets import MBPP_TEST_COMMAND, MBPP_TEST_FILE, jsonl, mbpp
 from tests.scripted import scripted_lm
 
 TASKS = [
@@ -46,13 +46,31 @@ def test_a_split_becomes_examples_with_the_loops_inputs_and_their_own_tests(data
 
 @pytest.mark.parametrize("make, message", [
     (lambda tmp_path: tmp_path / "none.jsonl", "cannot read the MBPP file"),
-    (lambda tmp_path: (tmp_path / "x.jsonl", (tmp_path / "x.jsonl").write_text("{oops\n"))[0], "is not JSON lines"),
+    (lambda tmp_path: (tmp_path / "x.jsonl", (tmp_path / "x.jsonl").write_text("{oops\n"))[0],
+     r"'.*x.jsonl', line 1: not JSON \(Expecting property name enclosed in double quotes, column 2\)"),
     (lambda tmp_path: (tmp_path / "y.jsonl", (tmp_path / "y.jsonl").write_text('{"a": 1}\n'))[0],
      "does not look like MBPP"),
 ])
 def test_a_wrong_file_is_a_configuration_error_naming_it(tmp_path, make, message):
     with pytest.raises(ConfigurationError, match=message):
         mbpp(make(tmp_path))
+
+
+def test_a_bad_line_is_named_by_its_line_in_the_file(tmp_path):
+    data = tmp_path / "tasks.jsonl"
+    data.write_text('{"requirements": "a"}\n\n{"requirements": "b"}\n{"requirements": "c",}\n')
+    with pytest.raises(ConfigurationError, match=r"tasks.jsonl', line 4: not JSON \(.*column 22\)"):
+        jsonl(data)
+    data.write_text('{"requirements": "a"}\n["b"]\n')
+    with pytest.raises(ConfigurationError, match="line 2: a JSON list, not an object"):
+        jsonl(data)
+
+
+def test_a_file_that_is_not_utf8_is_a_one_line_configuration_error(tmp_path):
+    data = tmp_path / "latin1.jsonl"
+    data.write_bytes('{"requirements": "a"}\n{"requirements": "caf\u00e9"}\n'.encode("latin-1"))
+    with pytest.raises(ConfigurationError, match=r"latin1.jsonl', line 2: not UTF-8 text \(byte 0xe9 at column 22\)"):
+        jsonl(data)
 
 
 def test_an_unknown_split_is_refused(data):

@@ -37,7 +37,8 @@ PROGRAMS = {
     "director": (lambda: DirectorExecutorEvaluatorController(max_iterations=2, retry=NO_WAIT),
                  lambda n: dspy.Example(initial_input=f"goal {n}").with_inputs("initial_input")),
     "dsl": (lambda: compile_program(REPO / "examples" / "creator_critic.sexp", retry=NO_WAIT),
-            lambda n: dspy.Example(product=f"a bottle {n}", **{"max-words": 12}).with_inputs("product", "max-words")),
+            # The critic rule wants the product's last word: the universal LM's "a draft" has it, so the loop succeeds.
+            lambda n: dspy.Example(product=f"item {n} draft", **{"max-words": 12}).with_inputs("product", "max-words")),
 }
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Literal
 
 import dspy
 import pytest
 from pydantic import BaseModel
 
-from loops.sexp import ArityError, Atom, DslSyntaxError, Interpreter
+from loops.sexp import ArityError, Atom, DslSyntaxError, DslValueError, Interpreter
 from tests.scripted import scripted_lm
 
 ANALYZE = """(defatom user:analyze
@@ -90,11 +92,37 @@ def test_malformed_atoms_are_syntax_errors_before_anything_runs(source, message)
         Interpreter().analyze(source)
 
 
-def test_an_unknown_model_fails_when_the_program_is_read():
-    from loops import ConfigurationError
+def test_an_unknown_model_fails_when_the_program_is_read_at_its_position():
+    with pytest.raises(DslValueError) as caught:
+        Interpreter().analyze('(defatom a (instructions "x")\n  (model "nosuchprovider/model"))', "m.sexp")
+    assert str(caught.value) == ("m.sexp:2:10: unknown model 'nosuchprovider/model': LiteLLM knows no provider for "
+                                 "it; use 'local' (the embedded model) or a LiteLLM model string such as "
+                                 "'openai/gpt-4o-mini'\n      (model \"nosuchprovider/model\"))\n             ^")
 
-    with pytest.raises(ConfigurationError):
-        Interpreter().analyze('(defatom a (instructions "x") (model "nosuchprovider/model"))')
+
+SEED_STYLE = """(defatom user:hello (params (name string)) (instructions "Greet {{name}}.") (returns (greeting string))
+  (model "gpt-4-turbo"))
+(get-field (user:hello (name who)) "greeting")"""
+
+
+def test_a_bare_hosted_model_is_checked_without_loading_litellm():
+    # A seed-style (model "gpt-4-turbo") is known from LiteLLM's price map, read as data: no 3-4 s import.
+    program = f"import loops.sexp, sys; loops.sexp.compile({SEED_STYLE!r}); print('litellm' in sys.modules)"
+    checked = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+
+    assert checked.stdout.strip() == "False", checked.stderr
+
+
+def test_the_run_may_override_every_atoms_own_model():
+    from loops.sexp import compile as compile_program
+
+    lm = scripted_lm([{"greeting": "Hello, Ada"}])
+    own = compile_program(SEED_STYLE)
+    overridden = compile_program(SEED_STYLE, atom_model=lm)
+
+    assert own.atom_models == {"user:hello": "gpt-4-turbo"} and own.named_predictors()[0][1].lm.model == "gpt-4-turbo"
+    assert overridden.named_predictors()[0][1].lm is lm
+    assert overridden(who="Ada").result == "Hello, Ada" and len(lm.engine.requests) == 1
 
 
 def test_an_optional_parameter_may_be_left_out_and_travels_as_none():

@@ -1,7 +1,10 @@
+import re
 import threading
+import time
 
 import pytest
 
+from loops import Budget
 from loops.errors import ConfigurationError
 from loops.sexp import (
     Analyzer,
@@ -19,6 +22,7 @@ from loops.sexp import (
     special_form,
     to_source,
 )
+from loops.sexp import compile as compile_program
 from loops.sexp.evaluator import SPECIAL_FORMS
 
 COUNTDOWN = "(define (countdown n) (if (= n 0) 'done (countdown (- n 1))))"
@@ -128,6 +132,73 @@ def test_bad_limits_are_refused(limits, message):
     with pytest.raises(ConfigurationError) as caught:
         Limits(**limits)
     assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize(("program", "limit", "message"), [
+    ("(define n 3)\n(loop 23 (set! n (* n n)))", "max_int_digits",
+     "<string>:2:18: '*' would make an integer of more than 10,000 digits (Limits.max_int_digits)"),
+    ("(define n 1)\n(loop 100000 (set! n (+ n n)))", "max_int_digits",
+     "<string>:2:22: '+' would make an integer of more than 10,000 digits"),
+    ('(define s "ab")\n(loop 34 (set! s (string-append s s)))', "max_string_chars",
+     "<string>:2:18: 'string-append' would make a string of more than 10,000,000 characters "
+     "(Limits.max_string_chars)"),
+    ('(define s "ab")\n(loop 34 (set! s (string-join (list s s) "")))', "max_string_chars",
+     "<string>:2:18: 'string-join' would make a string of more than 10,000,000 characters"),
+    ("(define l '(1))\n(loop 30 (set! l (append l l)))", "max_list_items",
+     "<string>:2:18: 'append' would make a list of more than 1,000,000 items (Limits.max_list_items)"),
+])
+def test_a_value_over_its_size_cap_is_refused_before_it_is_made(program, limit, message):
+    with pytest.raises(LimitExceeded) as caught:
+        Interpreter(limits=Limits(timeout_s=60)).eval_source(program)
+    assert caught.value.limit == limit
+    assert str(caught.value).startswith(message)
+
+
+def test_the_size_caps_are_the_programs_own_limits():
+    small = Interpreter(limits=Limits(max_string_chars=10, max_list_items=3, max_int_digits=20))
+    assert small.eval_source('(string-append "abcde" "fghij")') == "abcdefghij"
+    for program, limit in (('(string-append "abcde" "fghijk")', "max_string_chars"),
+                           ("(cons 0 '(1 2 3))", "max_list_items"),
+                           ('(string-split "a b c d")', "max_list_items"),
+                           ("(to-string '(1 2 3 4 5 6))", "max_string_chars"),
+                           ("(* 99999999999 99999999999)", "max_int_digits")):
+        with pytest.raises(LimitExceeded) as caught:
+            small.eval_source(program)
+        assert caught.value.limit == limit, program
+
+
+def test_string_split_of_a_large_text_stops_at_the_list_cap_without_splitting_it_all():
+    text = "word " * (13 * 2**20)  # 65 MB
+    with pytest.raises(LimitExceeded, match="'string-split' would make a list of more than 1,000,000 items"):
+        evaluate("(length (string-split text))", text=text)
+
+
+def test_a_primitive_walking_a_value_that_shares_its_items_stops_at_the_deadline():
+    # 2**40 leaves in 40 lists: printing it would never end, nor fit in memory.
+    program = "(define l '(1))\n(loop 40 (set! l (list l l)))\n(to-string l)"
+    started = time.monotonic()
+    with pytest.raises(LimitExceeded, match="wall-clock limit exceeded: timeout_s=0.5") as caught:
+        Interpreter(limits=Limits(timeout_s=0.5, max_string_chars=10**9)).eval_source(program)
+    assert time.monotonic() - started < 5
+    assert str(caught.value).startswith("<string>:3:1: ")
+
+
+def test_a_compiled_programs_clock_is_the_runs_deadline_when_that_comes_first():
+    program = compile_program("(define (spin n) (spin (+ n 1)))\n(spin 0)\n", budget=Budget(timeout_s=0.5))
+    started = time.monotonic()
+    with pytest.raises(LimitExceeded, match="wall-clock limit exceeded: the run's deadline passed") as caught:
+        program()
+    assert time.monotonic() - started < 5 and caught.value.limit == "timeout_s"
+
+
+@pytest.mark.parametrize(("limits", "message"), [
+    ({"max_string_chars": 0}, "Limits.max_string_chars must be an int of at least 1, got 0"),
+    ({"max_list_items": 2.5}, "Limits.max_list_items must be an int of at least 1, got 2.5"),
+    ({"max_int_digits": 19}, "Limits.max_int_digits must be an int of at least 20, got 19"),
+])
+def test_bad_size_caps_are_refused(limits, message):
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        Limits(**limits)
 
 
 # -- DSL procedures from Python --------------------------------------------------------------------

@@ -222,7 +222,7 @@ def test_a_program_and_its_loop_resume_from_a_checkpoint_without_repeating_an_lm
     assert [(step.role, step.iteration) for step in resumed.trace] == [
         (step.role, step.iteration) for step in uninterrupted.trace]
     assert len(resumed_lm.engine.requests) == 2  # the two calls the crashed run never made
-    assert resumed.lm_calls == uninterrupted.lm_calls == 4
+    assert (resumed.lm_calls, resumed.replayed, uninterrupted.lm_calls) == (2, 2, 4)
 
 
 def test_a_changed_program_does_not_replay_another_programs_checkpoint(tmp_path):
@@ -233,3 +233,33 @@ def test_a_changed_program_does_not_replay_another_programs_checkpoint(tmp_path)
         compile_program(RESUMABLE, checkpoint=store)(run_id="r1")
         with pytest.raises(ReplayDivergence):
             compile_program(RESUMABLE.replace("(= n 3)", "(= n 2)"), checkpoint=store)(run_id="r1")
+
+
+# --- a program's success: its own verdict, else its last loop form's, else running to its end ------------
+
+CRITIC_LOOP = """(creator-critic-loop (max-iterations 2) (requirements "r")
+  (creator (lambda (requirements context n) "draft"))
+  (critic (lambda (requirements draft n) {verdict}))
+  (iterator (lambda (requirements draft feedback n) (string-append draft "+"))))"""
+
+
+@pytest.mark.parametrize(("source", "outcome"), [
+    ("(+ 1 2)", ("completed", True)),
+    (CRITIC_LOOP.format(verdict="(list #f \"longer\")"), ("max_iterations", False)),
+    (CRITIC_LOOP.format(verdict="(list (list 'approved (> n 1)) (list 'feedback \"longer\"))"), ("approved", True)),
+    # The last loop form decides: one that failed before it does not count.
+    (CRITIC_LOOP.format(verdict="#f") + "\n" + CRITIC_LOOP.format(verdict="#t"), ("approved", True)),
+    (CRITIC_LOOP.format(verdict="#t") + "\n" + CRITIC_LOOP.format(verdict="#f"), ("max_iterations", False)),
+    # A program whose value is a record with a boolean `success` gives its own verdict.
+    (CRITIC_LOOP.format(verdict="#f") + "\n(list (list 'success #t) (list 'note \"fine\"))", ("completed", True)),
+    ("(list (list 'success #f))", ("completed", False)),
+    ("(list (list 'success \"yes\"))", ("completed", True)),  # not a boolean: no verdict
+    ("""(director-evaluator-loop (max-iterations 3) (initial-director-input "goal")
+         (director (lambda (input n) input)) (executor (lambda (plan n) (* n 10)))
+         (evaluator (lambda (result plan n) (list (list 'status (if (> result 10) "PASS" "FAIL")))))
+         (controller (lambda (feedback plan result n) (list 'continue plan))))""", ("stopped", True)),
+])
+def test_a_programs_success_is_its_own_verdict_else_its_last_loop_forms(source, outcome):
+    result = compile_program(source)()
+
+    assert (result.stop_reason, result.success) == outcome, result.warnings

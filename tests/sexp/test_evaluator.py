@@ -7,6 +7,7 @@ from loops.sexp import (
     DslSyntaxError,
     DslTypeError,
     DslValueError,
+    Env,
     Interpreter,
     Symbol,
     UnboundName,
@@ -75,7 +76,7 @@ CASES = [
     ("(/)", ArityError), ("(/ 1 0)", DslValueError), ("(/ 1.5 0.0)", DslValueError), ("(/ 0)", DslValueError),
     ("(* 'a 2)", DslTypeError), ("(+ 1e308 1e308)", "+inf.0"),
     ("(= 1 1 1)", "#t"), ("(= 1 1.0)", "#t"), ("(= 1 2)", "#f"), ("(< 1 2 3)", "#t"), ("(< 1 3 2)", "#f"),
-    ("(> 3 2 1)", "#t"), ("(<= 1 1 2)", "#t"), ("(>= 2 2 3)", "#f"), ("(< 1)", "#t"), ("(<)", ArityError),
+    ("(> 3 2 1)", "#t"), ("(<= 1 1 2)", "#t"), ("(>= 2 2 3)", "#f"), ("(< 1)", ArityError), ("(<)", ArityError),
     ('(< 1 "2")', DslTypeError), ("(= 'a 'a)", DslTypeError),
     # equality
     ("(eq? 'a 'a)", "#t"), ("(eq? 'a 'b)", "#f"), ("(eq? 1 1)", "#t"), ("(eq? 1 1.0)", "#f"), ("(eq? nil '())", "#t"),
@@ -87,6 +88,7 @@ CASES = [
     ('(string-append "a" "b" "c")', '"abc"'), ("(string-append)", '""'), ('(string-append "a" \'b)', '"ab"'),
     ('(string-append "a" 1)', DslTypeError), ('(string=? "a" "a" "a")', "#t"), ('(string=? "a" "b")', "#f"),
     ("(string=? 'stop \"stop\")", "#t"), ("(string=? 1 1)", DslTypeError), ("(string=?)", ArityError),
+    ('(string=? "a")', ArityError),
     # records
     ("(get-field (list (list 'prompt \"p\") (list \"files\" '(\"f\"))) 'files)", '("f")'),
     ("(get-field (list (list 'a 1)) \"b\")", "nil"), ("(get-field nil 'x)", "nil"), ("(get-field '(1 2) 'x)", "nil"),
@@ -205,6 +207,29 @@ def test_get_field_reads_data_attributes_but_never_private_names_or_code():
         evaluate("(get-field r 'method)", r=result)
 
 
+@pytest.mark.parametrize("program", [
+    "(define (f) 1) (get-field f 'interpreter)",
+    "(define (f) 1) (get-field f 'env)",
+    "(get-field (lambda (x) x) 'body)",
+    "(get-field system:write_file 'function)",
+    "(get-field car 'dsl_name)",
+])
+def test_get_field_hands_out_nothing_of_the_interpreter(program):
+    with pytest.raises(DslTypeError, match="'get-field' reads data, and #<.*> is code: it has no fields"):
+        evaluate(program)
+
+
+def test_get_field_refuses_the_interpreters_own_objects_a_host_object_holds():
+    class Holder:
+        def __init__(self, scope):
+            self.scope, self.name = scope, "holder"
+
+    holder = Holder(Env({}))
+    assert evaluate("(get-field h 'name)", h=holder) == "holder"
+    with pytest.raises(DslTypeError, match="field 'scope' of #<Holder> is not data"):
+        evaluate("(get-field h 'scope)", h=holder)
+
+
 def test_log_message_collects_into_the_runs_log():
     interpreter = Interpreter()
     interpreter.eval_source('(log-message "a") (log-message "b" 1)')
@@ -215,7 +240,7 @@ def test_printing_procedures_and_python_objects():
     assert to_source(evaluate("(define (f x) x) f")) == "#<procedure f>"
     assert to_source(evaluate("(lambda (x) x)")) == "#<procedure lambda>"
     assert to_source(evaluate("car")) == "#<primitive 'car'>"
-    assert to_source(evaluate("system:execute_shell_command")) == "#<tool 'system:execute_shell_command'>"
+    assert to_source(evaluate("system:write_file")) == "#<tool 'system:write_file'>"
     assert to_source(evaluate("o", o=object())) == "#<object>"
     assert to_source(len) == "#<python len>"
 

@@ -1,10 +1,26 @@
+import re
 import shlex
 import sys
+import time
 
 import pytest
 
 from loops.errors import CommandNotFoundError, ConfigurationError
-from loops.sexp import DslSyntaxError, DslTypeError, DslValueError, Interpreter, Tool, ToolError, WorkspaceContext
+from loops.sexp import (
+    DslSyntaxError,
+    DslTypeError,
+    DslValueError,
+    Interpreter,
+    LimitExceeded,
+    Limits,
+    Tool,
+    ToolError,
+    UnboundName,
+    WorkspaceContext,
+    shell_command_tool,
+)
+from loops.validators import SAFE_ENVIRONMENT
+from tests.processes import killed, unique_marker
 
 
 def test_a_tool_takes_named_arguments_written_as_name_value_pairs():
@@ -77,13 +93,21 @@ def _command(code):
     return shlex.join([sys.executable, "-c", code])
 
 
+def shell(**options):
+    """An interpreter granted the shell tool."""
+    return Interpreter(tools={SHELL: shell_command_tool()}, **options)
+
+
+SHELL = "system:execute_shell_command"
+
+
 def test_the_shell_command_tool_runs_a_real_subprocess_and_returns_a_record(tmp_path):
     (tmp_path / "marker.txt").write_text("here")
-    interpreter = Interpreter(workspace=tmp_path)
+    interpreter = shell(workspace=tmp_path)
     code = "import os, sys; print(sorted(os.listdir('.'))); print('oops', file=sys.stderr); sys.exit(3)"
     result = interpreter.eval_source(f"(system:execute_shell_command (command {_quoted(_command(code))}))")
     assert result == {"stdout": "['marker.txt']\n", "stderr": "oops\n", "exit_code": 3, "error": None,
-                      "timed_out": False}
+                      "timed_out": False, "escaped": ()}
     assert interpreter.eval_source(
         f"(get-field (call system:execute_shell_command (command {_quoted(_command('print(1)'))})) 'stdout)"
     ) == "1\n"
@@ -92,21 +116,84 @@ def test_the_shell_command_tool_runs_a_real_subprocess_and_returns_a_record(tmp_
 def test_the_shell_command_tool_stops_a_command_at_its_timeout():
     sleep = _quoted(_command("import time; time.sleep(30)"))
     program = f"(system:execute_shell_command (command {sleep}) (timeout 0.5))"
-    result = Interpreter().eval_source(program)
+    result = shell().eval_source(program)
     assert result["timed_out"] is True and result["exit_code"] == -9 and result["error"] == "timed out after 0.5s"
 
 
 def test_the_shell_command_tool_uses_no_shell_and_checks_its_arguments():
     command = _quoted(_command("print(1)") + "; echo no")
-    result = Interpreter().eval_source(f"(system:execute_shell_command (command {command}))")
+    result = shell().eval_source(f"(system:execute_shell_command (command {command}))")
     assert result["exit_code"] == 0 and result["stdout"] == "1\n"
     with pytest.raises(CommandNotFoundError) as caught:
-        Interpreter().eval_source('(system:execute_shell_command (command "no-such-executable-xyz"))')
+        shell().eval_source('(system:execute_shell_command (command "no-such-executable-xyz"))')
     assert "called at <string>:1:1" in caught.value.__notes__[0]
     with pytest.raises(DslValueError, match="timeout must be a positive number of seconds, got 0"):
-        Interpreter().eval_source('(system:execute_shell_command (command "true") (timeout 0))')
+        shell().eval_source('(system:execute_shell_command (command "true") (timeout 0))')
     with pytest.raises(DslTypeError, match="the command must be a string, got 5"):
-        Interpreter().eval_source("(system:execute_shell_command (command 5))")
+        shell().eval_source("(system:execute_shell_command (command 5))")
+
+
+@pytest.mark.parametrize("program", [
+    '(system:execute_shell_command (command "env"))',
+    '(define (later) (call system:execute_shell_command (command "env")))',
+    "(define run system:execute_shell_command)",
+])
+def test_a_program_that_names_the_shell_tool_without_a_grant_is_refused_before_it_runs(tmp_path, program):
+    with pytest.raises(UnboundName) as caught:
+        Interpreter(workspace=tmp_path).analyze(f'(system:write_file (path "ran.txt") (content "x"))\n{program}',
+                                                "p.sexp")
+    message = str(caught.value)
+    assert message.startswith("p.sexp:2:")
+    assert "the shell tool 'system:execute_shell_command' is not granted to this program" in message
+    assert "loops run --allow-shell" in message and "tools={'system:execute_shell_command'" in message
+    assert not (tmp_path / "ran.txt").exists()
+
+
+def test_the_shell_tool_runs_with_a_minimal_environment_without_keys(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-programs")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-programs-either")
+    printed = shell().eval_source('(get-field (system:execute_shell_command (command "env")) "stdout")')
+    names = {line.partition("=")[0] for line in printed.splitlines()}
+    assert "PATH" in names and names <= set(SAFE_ENVIRONMENT)
+    assert "not-for-programs" not in printed
+
+
+def test_the_shell_tool_with_an_allowlist_runs_only_those_executables(tmp_path):
+    interpreter = Interpreter(workspace=tmp_path,
+                              tools={SHELL: shell_command_tool(executables=[sys.executable, "true"])})
+    assert interpreter.eval_source('(get-field (system:execute_shell_command (command "true")) "exit_code")') == 0
+    printing = _quoted(_command("print(2)"))
+    assert interpreter.eval_source(f'(get-field (system:execute_shell_command (command {printing})) "stdout")') == "2\n"
+    with pytest.raises(DslValueError, match=r"the shell tool may run only .*true; 'sh' is not among them"):
+        interpreter.eval_source('(system:execute_shell_command (command "sh -c \\"touch made\\""))')
+    assert not (tmp_path / "made").exists()
+    with pytest.raises(ConfigurationError, match="executables must be names of executables"):
+        shell_command_tool(executables=[])
+
+
+def test_the_shell_tool_reports_and_kills_a_process_that_escapes_its_group(tmp_path):
+    marker = unique_marker()
+    interpreter = shell(workspace=tmp_path)
+    command = _quoted(shlex.join(["sh", "-c", f"setsid sleep {marker} >/dev/null 2>&1 & sleep 0.2"]))
+    try:
+        result = interpreter.eval_source(f"(system:execute_shell_command (command {command}))")
+    finally:
+        survivors = killed(marker)
+    assert len(result["escaped"]) == 1 and marker in result["escaped"][0]
+    assert any("left its process group; they were killed when it ended" in warning
+               for warning in interpreter.warnings)
+    assert survivors == []
+
+
+def test_the_shell_tools_timeout_is_capped_to_the_time_the_program_has_left():
+    started = time.monotonic()
+    with pytest.raises(LimitExceeded) as caught:
+        shell(limits=Limits(timeout_s=1)).eval_source(
+            '(define x 1)\n(system:execute_shell_command (command "sleep 25") (timeout 60))', "s.sexp")
+    assert time.monotonic() - started < 5
+    assert caught.value.limit == "timeout_s"
+    assert str(caught.value).startswith("s.sexp:2:1: wall-clock limit exceeded while system:execute_shell_command ran "
+                                        "'sleep 25': timeout_s=1")
 
 
 def test_the_write_file_tool_writes_inside_the_workspace_and_returns_a_record(tmp_path):
@@ -116,20 +203,23 @@ def test_the_write_file_tool_writes_inside_the_workspace_and_returns_a_record(tm
     assert (tmp_path / "pkg" / "greet.py").read_text() == "def greet(): pass\n"
     interpreter.eval_source('(system:write_file (path "pkg/greet.py") (content "x = 1"))')
     assert (tmp_path / "pkg" / "greet.py").read_text() == "x = 1"
+    interpreter.eval_source('(system:write_file (path "..sol.py") (content "y = 2"))')
+    assert (tmp_path / "..sol.py").read_text() == "y = 2"
 
 
 @pytest.mark.parametrize("path, error, message", [
-    ('"../outside.py"', DslValueError, "the path '../outside.py' leads out of the workspace"),
-    ('"pkg/../../outside.py"', DslValueError, "leads out of the workspace"),
-    ('"/tmp/absolute.py"', DslValueError, "the path must be relative to the workspace, got '/tmp/absolute.py'"),
-    ('"."', DslValueError, "the path '.' leads out of the workspace"),
+    ('"../outside.py"', DslValueError, "workspace file path '../outside.py' escapes the workspace root through '..'"),
+    ('"pkg/../../outside.py"', DslValueError, "escapes the workspace root"),
+    ('"/tmp/absolute.py"', DslValueError, "workspace file path '/tmp/absolute.py' is absolute"),
+    ('"."', DslValueError, "workspace file path '.' is the workspace root itself; give a file's path inside it"),
+    ('"pkg/"', DslValueError, "workspace file path 'pkg/' ends with a separator, so it names a directory"),
     ('""', DslTypeError, "the path must be a non-empty string"),
     ("5", DslTypeError, "the path must be a non-empty string, got 5"),
 ])
 def test_the_write_file_tool_refuses_paths_that_leave_the_workspace(tmp_path, path, error, message):
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    with pytest.raises(error, match=message) as caught:
+    with pytest.raises(error, match=re.escape(message)) as caught:
         Interpreter(workspace=workspace).eval_source(f'(system:write_file (path {path}) (content "x"))', "w.sexp")
     assert str(caught.value).startswith("w.sexp:1:1: ")
     assert sorted(path.name for path in tmp_path.rglob("*")) == ["workspace"]
@@ -141,7 +231,7 @@ def test_the_write_file_tool_follows_no_symlink_out_of_the_workspace_and_takes_o
     outside.mkdir()
     (workspace / "link").symlink_to(outside)
     interpreter = Interpreter(workspace=workspace)
-    with pytest.raises(DslValueError, match="leads out of the workspace"):
+    with pytest.raises(DslValueError, match=r"escapes the workspace root .* \(through a symlink\)"):
         interpreter.eval_source('(system:write_file (path "link/escape.py") (content "x"))')
     assert list(outside.iterdir()) == []
     with pytest.raises(DslTypeError, match="the content must be a string, got 5"):
@@ -211,6 +301,21 @@ def test_the_default_context_provider_finds_workspace_files_by_name_and_content(
     assert interpreter.eval_source('(get_context (query "a b"))') == ()
     with pytest.raises(DslValueError, match="matching_strategy must be one of 'content', 'metadata', got 'fuzzy'"):
         interpreter.eval_source('(get_context (query "x") (matching_strategy "fuzzy"))')
+
+
+def test_the_default_context_provider_stays_inside_the_workspace(tmp_path):
+    workspace, outside = tmp_path / "workspace", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("password hunter2")
+    (outside / "notes.txt").write_text("password list")
+    (workspace / "mine.txt").write_text("password policy")
+    (workspace / "inner.txt").write_text("password inside")
+    (workspace / "secret-link.txt").symlink_to(outside / "secret.txt")
+    (workspace / "inside-link.txt").symlink_to(workspace / "inner.txt")
+    (workspace / "outside-dir").symlink_to(outside, target_is_directory=True)
+    found = Interpreter(workspace=workspace).eval_source('(get_context (query "password"))')
+    assert found == ("inner.txt", "inside-link.txt", "mine.txt")
 
 
 def test_the_default_context_provider_caps_what_it_reads(tmp_path):

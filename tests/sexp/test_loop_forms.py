@@ -101,7 +101,7 @@ def test_creator_critic_loop_revises_until_the_critic_approves():
   (requirements "a slogan")
   (creator (lambda (requirements context n) (string-append "draft for " requirements)))
   (critic (lambda (requirements draft n) (list (> n 1) "shorter, please")))
-  (iterator (lambda (requirements draft verdict n) (string-append draft " (" (car (cdr verdict)) ")"))))"""
+  (iterator (lambda (requirements draft feedback n) (string-append draft " (" feedback ")"))))"""
     assert run(source) == ("draft for a slogan (shorter, please)", [])
 
 
@@ -192,7 +192,7 @@ def test_an_atom_in_a_phase_is_a_role_call_of_the_loops_run_with_its_own_history
     program = compile_program(source)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         result = program()
-    assert (result.result, result.stop_reason, result.lm_calls) == ("v3", "completed", 3)
+    assert (result.result, result.stop_reason, result.success, result.lm_calls) == ("v3", "stopped", True, 3)
     assert [step.iteration for step in result.trace if step.role == "user:improve"] == [1, 2, 3]
     history = result.histories["user:improve"]
     assert history.messages == [{"text": "v0", "improved": "v1"}, {"text": "v1", "improved": "v2"},
@@ -356,7 +356,111 @@ def test_a_loops_max_iterations_warning_reaches_the_compiled_programs_prediction
   (executor (lambda (input n) (* input 10))) (validator (lambda (command n) 1))
   (controller (lambda (result validation input n) (list 'continue result))))"""
     result = compile_program(source)()
-    assert (result.result, result.stop_reason, result.success) == (100, "completed", True)
+    # The program ends as its last loop form did: unsuccessful, at that loop's max-iterations.
+    assert (result.result, result.stop_reason, result.success) == (100, "max_iterations", False)
     assert result.warnings == ["<string>:1:1: iterative-loop: stopped at max_iterations=2"]
     assert [(step.role, step.iteration) for step in result.trace][:3] == [
         ("executor", 1), ("validator", 1), ("controller", 1)]
+
+
+# --- a person as a phase: (human) ------------------------------------------------------------------------------
+
+SLOGAN = """(creator-critic-loop
+  (max-iterations 3)
+  (requirements "A slogan for a bakery")
+  (creator (lambda (requirements context iteration) "Fresh bread"))
+  (critic (human "Is it warm enough?"))
+  (iterator (lambda (requirements draft feedback iteration) (string-append draft ", " feedback))))"""
+
+
+def test_a_human_phase_answers_with_the_roles_fields_and_sees_the_phases_inputs():
+    import loops
+
+    asked = []
+
+    def person(question):
+        asked.append(question)
+        return {"approved": len(asked) > 1, "feedback": "baked daily"}
+
+    with loops.answering(person):
+        value, warnings = run(SLOGAN)
+    assert (value, warnings) == ("Fresh bread, baked daily", [])
+    assert [(question.role, question.note, question.inputs["draft"]) for question in asked] == [
+        ("critic", "Is it warm enough?", "Fresh bread"), ("critic", "Is it warm enough?", "Fresh bread, baked daily")]
+
+
+def test_a_human_phase_of_each_loop_form_answers_with_that_phases_fields():
+    import loops
+
+    answers = {"validator": {"passed": True}, "controller": {"action": "stop"}, "evaluator": {"status": "PASS"}}
+    with loops.answering(lambda question: answers[question.role]):
+        (value, seen), _ = run(iterative(validator="(human)", controller="(human)"))
+        goal, _ = run("(director-evaluator-loop (max-iterations 2) (initial-director-input \"a poem\")\n"
+                      "  (director (lambda (input n) (string-append \"plan: \" input)))\n"
+                      "  (executor (lambda (plan n) (string-append \"did \" plan)))\n"
+                      "  (evaluator (human)) (controller (lambda (f p r n) (list 'continue p))))")
+    assert (value, seen) == (("attempt", "task", 1), (("executor", "task", 1),))
+    assert goal == "did plan: a poem"
+
+
+@pytest.mark.parametrize("source, rendered", [
+    ("(define p (human))", "<string>:1:11: (human) is a person answering a loop form's phase: write it as the phase "
+                           "itself, e.g. (critic (human)) in a creator-critic-loop\n    (define p (human))\n"
+                           "              ^"),
+    (SLOGAN.replace('(human "Is it warm enough?")', "(human 42)"),
+     "<string>:5:11: creator-critic-loop: critic: a person is (human) or (human \"what to look for\")\n"
+     "      (critic (human 42))\n              ^"),
+])
+def test_human_outside_a_phase_or_with_other_than_text_is_a_syntax_error_at_its_position(source, rendered):
+    with pytest.raises(DslSyntaxError) as raised:
+        run(source)
+    assert str(raised.value) == rendered
+
+
+def test_a_compiled_program_pauses_at_a_human_phase_and_resumes_where_it_was(tmp_path):
+    import loops
+
+    path, program = tmp_path / "runs.db", compile_program(f"(define drafts 0)\n{SLOGAN}")
+    paused = program(checkpoint=path, run_id="p1")
+    assert (paused.stop_reason, paused.success) == ("awaiting_input", False)
+    assert [(step.role, step.human) for step in paused.trace] == [("creator", False)]
+    question = loops.pending_question(path, "p1")  # asked by the loop form's run, nested in p1
+    assert (question.role, question.note, question.inputs["draft"]) == ("critic", "Is it warm enough?",
+                                                                       "Fresh bread")
+
+    loops.answer(path, "p1", approved=False, feedback="baked daily")
+    assert program(checkpoint=path, run_id="p1").stop_reason == "awaiting_input"
+    loops.answer(path, "p1", approved=True)
+    done = program(checkpoint=path, run_id="p1")
+    assert (done.stop_reason, done.success, done.result) == ("approved", True, "Fresh bread, baked daily")
+    assert [(step.role, step.human, step.replayed) for step in done.trace] == [
+        ("creator", False, True), ("critic", True, True), ("iterator", False, True), ("critic", True, False),
+        ("program", False, False)]
+
+
+def test_a_program_with_a_human_phase_nobody_to_answer_and_no_checkpoint_is_refused_before_it_runs(monkeypatch):
+    import io
+
+    from loops import ConfigurationError
+
+    monkeypatch.setattr("sys.stdin", io.StringIO())
+    with pytest.raises(ConfigurationError, match=r"^the \(human\) phase of the program is answered by a person"):
+        compile_program(SLOGAN)()
+
+
+def test_a_persons_wait_at_a_human_phase_is_not_charged_to_the_programs_clock():
+    import time
+
+    import loops
+    from loops.sexp import Limits
+
+    source = f"(define (spin k) (if (= k 0) 5000 (spin (- k 1))))\n(define slogan {SLOGAN})\n(list slogan (spin 5000))"
+    program = compile_program(source, limits=Limits(timeout_s=1.0), budget=Budget(max_iterations=1, timeout_s=1.0))
+
+    def slow(question):
+        time.sleep(1.3)  # longer than the program's whole wall clock
+        return {"approved": True}
+
+    with loops.answering(slow):
+        result = program()
+    assert (result.stop_reason, result.result) == ("approved", ("Fresh bread", 5000))

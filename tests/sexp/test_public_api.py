@@ -8,7 +8,7 @@ def test_the_public_api_is_exactly_what_all_lists():
         "DslValueError",
         "Env", "Evaluation", "IncompleteInput", "Interpreter", "Keyword", "LimitExceeded", "Limits", "Node",
         "Symbol", "Tool", "ToolError", "UnboundName", "WorkspaceContext", "evaluate", "read",
-        "special_form", "to_source", "Atom", "SexpProgram", "compile",
+        "special_form", "to_source", "Atom", "SexpProgram", "compile", "shell_command_tool",
     }
     assert all(hasattr(loops.sexp, name) for name in loops.sexp.__all__)
 
