@@ -29,6 +29,7 @@ import dspy
 
 from loops.errors import ConfigurationError
 from loops.junk import is_junk
+from loops.signatures.creator_critic import CRITERIA
 
 __all__ = ["SPLITS", "Avoid", "CapitalizedLines", "Check", "Constraint", "Count", "EndsWith", "Include",
            "LabeledDraft", "ListOf", "Mentions", "WritingTask", "agreement", "check", "critic_examples",
@@ -774,10 +775,6 @@ def refine_examples(split: str) -> list[dspy.Example]:
 
 # ---------------------------------------------------------------- metrics
 
-# The built-in critic's criteria: like the loop, a verdict that says approved but fails one of them
-# counts as not approved (`loops.creator_critic`), so agreement measures what the loop would do.
-_CRITERIA = ("accuracy", "completeness", "quality")
-
 
 def _field(value: Any, name: str) -> Any:
     return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
@@ -792,7 +789,9 @@ def _verdict_approves(verdict: Any) -> bool:
     if not isinstance(approved, bool):
         raise ConfigurationError(f"cannot read a verdict from {verdict!r:.200}: give a bool, an (approved, "
                                  "feedback) pair, or a dict or prediction with a bool `approved`")
-    return approved and not any(_field(verdict, f"{name}_passed") is False for name in _CRITERIA)
+    # Like the loop, a verdict that says approved but fails a criterion counts as not approved
+    # (`loops.creator_critic`), so agreement measures what the loop would do.
+    return approved and not any(_field(verdict, f"{name}_passed") is False for name in CRITERIA)
 
 
 def _answer(score: float, feedback: str, trace: Any, pred_name: str | None, pred_trace: Any) -> Any:
