@@ -27,7 +27,8 @@ from typing import Any
 
 import dspy
 
-from loops.errors import ConfigurationError
+from loops.contracts import field_of, verdict_approved
+from loops.errors import ConfigurationError, ContractError
 from loops.junk import is_junk
 from loops.signatures.creator_critic import CRITERIA
 
@@ -776,22 +777,15 @@ def refine_examples(split: str) -> list[dspy.Example]:
 # ---------------------------------------------------------------- metrics
 
 
-def _field(value: Any, name: str) -> Any:
-    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
-
-
 def _verdict_approves(verdict: Any) -> bool:
-    if isinstance(verdict, bool):
-        return verdict
-    if isinstance(verdict, tuple | list) and len(verdict) == 2 and isinstance(verdict[0], bool):
-        return verdict[0]
-    approved = _field(verdict, "approved")
-    if not isinstance(approved, bool):
+    try:
+        approved = verdict_approved(verdict)
+    except ContractError as error:
         raise ConfigurationError(f"cannot read a verdict from {verdict!r:.200}: give a bool, an (approved, "
-                                 "feedback) pair, or a dict or prediction with a bool `approved`")
+                                 "feedback) pair, or a dict or prediction with a bool `approved`") from error
     # Like the loop, a verdict that says approved but fails a criterion counts as not approved
     # (`loops.creator_critic`), so agreement measures what the loop would do.
-    return approved and not any(_field(verdict, f"{name}_passed") is False for name in CRITERIA)
+    return approved and not any(field_of(verdict, f"{name}_passed") is False for name in CRITERIA)
 
 
 def _answer(score: float, feedback: str, trace: Any, pred_name: str | None, pred_trace: Any) -> Any:
@@ -809,7 +803,7 @@ def agreement(example: dspy.Example, prediction: Any, trace: Any = None, pred_na
     """1.0 when the critic's verdict (a bool, an (approved, feedback) pair, a dict or a prediction with
     `approved`) agrees with `example.approved`, the truth from `check`; 0.0 otherwise."""
     approves, truth = _verdict_approves(prediction), bool(example.approved)
-    failures = list(_field(example, "failures") or [])
+    failures = list(field_of(example, "failures") or [])
     reasons = "it passes every check" if truth else "it fails: " + "; ".join(failures)
     feedback = (f"The critic {'approved' if approves else 'rejected'} the draft, "
                 f"{'rightly' if approves == truth else 'wrongly'}: {reasons}.")
@@ -819,10 +813,10 @@ def agreement(example: dspy.Example, prediction: Any, trace: Any = None, pred_na
 def draft_passes(example: dspy.Example, prediction: Any, trace: Any = None, pred_name: str | None = None,
                  pred_trace: Any = None) -> Any:
     """1.0 when the loop's final draft (`prediction.final`) passes `check` of the example's task."""
-    task_id = _field(example, "task_id")
+    task_id = field_of(example, "task_id")
     if task_id is None:
         raise ConfigurationError("the example has no task_id: use `refine_examples(split)`")
-    result = check(task_by_id(task_id), _field(prediction, "final"))
+    result = check(task_by_id(task_id), field_of(prediction, "final"))
     feedback = ("The final draft passes every check." if result.passed
                 else "The final draft fails: " + "; ".join(result.failures) + ".")
     return _answer(float(result.passed), feedback, trace, pred_name, pred_trace)
