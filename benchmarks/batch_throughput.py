@@ -83,7 +83,7 @@ def batch(backend: str, concurrency: int, count: int, api_base: str) -> Any:
     import loops.lm
     from loops import CreatorCriticIterator, RetryPolicy
 
-    lm = loops.lm.resolve("openai/loopback", api_base=api_base).copy(cache=False)
+    lm = loops.lm.resolve("openai/loopback", api_base=api_base, adapter="chat").copy(cache=False)
     examples = [{"id": n, "requirements": f"note {n}"} for n in range(count)]
     with tempfile.TemporaryDirectory() as folder, dspy.context(lm=lm):
         driver_cpu = time.process_time()
@@ -104,7 +104,7 @@ def bare_modules(api_base: str, concurrency: int, loops_count: int) -> tuple[flo
     import loops.lm
     from loops.signatures import CreatorSignature, CriticSignature
 
-    lm = loops.lm.resolve("openai/loopback", api_base=api_base).copy(cache=False)
+    lm = loops.lm.resolve("openai/loopback", api_base=api_base, adapter="chat").copy(cache=False)
     creator, critic = dspy.ChainOfThought(CreatorSignature), dspy.Predict(CriticSignature)
     empty = dspy.History(messages=[])
 

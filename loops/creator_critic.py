@@ -129,7 +129,7 @@ class CreatorCriticIterator(LoopModule):
                                               iteration=run.iteration))
         junk = is_junk(requirements, draft)
         if junk == "empty":  # nothing to judge: the floor answers alone
-            verdict = yield from run.call_phase("critic", _rejecting(junk), requirements=requirements, draft=draft,
+            verdict = yield from run.call_phase("critic", _rejecting, requirements=requirements, draft=draft,
                                                 iteration=run.iteration)
             return _floored(run, verdict, junk, asked=False)
         verdict = yield from run.call("critic", requirements=requirements, draft=str(draft))
@@ -153,11 +153,9 @@ class CreatorCriticIterator(LoopModule):
         return revised.improved_draft
 
 
-def _rejecting(junk: str) -> Any:
+def _rejecting(requirements: str, draft: Any, iteration: int) -> dspy.Prediction:
     """The floor as a critic phase: every criterion failed."""
-    def floor(requirements: str, draft: Any, iteration: int) -> dspy.Prediction:
-        return dspy.Prediction(**{f"{name}_passed": False for name in CRITERIA}, approved=False, feedback="")
-    return floor
+    return dspy.Prediction(**{f"{name}_passed": False for name in CRITERIA}, approved=False, feedback="")
 
 
 def _floored(run: Run, verdict: Any, junk: str, asked: bool = True) -> dspy.Prediction:
