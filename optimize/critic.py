@@ -31,6 +31,7 @@ from loops.creator_critic import CreatorCriticIterator
 from loops.errors import ConfigurationError
 from loops.junk import is_junk
 from loops.optimize.writing import labeled_drafts, task_by_id
+from loops.signatures.creator_critic import CRITERIA
 
 __all__ = ["CriticOf", "balanced_demos", "labeled_verdicts"]
 
@@ -59,8 +60,7 @@ class CriticOf(dspy.Module):
         judge.critic = self.critic
         result = judge(requirements=requirements, context=draft)
         verdict = (result.best_attempt or {}).get("verdict") or {}
-        fields = {name: verdict.get(name) for name in ("accuracy_passed", "completeness_passed", "quality_passed",
-                                                        "feedback")}
+        fields = {name: verdict.get(name) for name in (*(f"{criterion}_passed" for criterion in CRITERIA), "feedback")}
         return dspy.Prediction(**fields, approved=bool(result.success), warnings=list(result.warnings))
 
 
@@ -68,8 +68,8 @@ def labeled_verdicts(split: str) -> list[dspy.Example]:
     """The labeled drafts of `split` with every output field of the built-in critic: each criterion and
     `approved` are the truth of `check`, `feedback` the checks that failed (empty when none did)."""
     return [dspy.Example(requirements=task_by_id(labeled.task_id).requirements, draft=labeled.draft,
-                         accuracy_passed=labeled.approved, completeness_passed=labeled.approved,
-                         quality_passed=labeled.approved, feedback="; ".join(labeled.failures),
+                         **{f"{criterion}_passed": labeled.approved for criterion in CRITERIA},
+                         feedback="; ".join(labeled.failures),
                          approved=labeled.approved, failures=labeled.failures, task_id=labeled.task_id)
             .with_inputs("requirements", "draft") for labeled in labeled_drafts(split)]
 
