@@ -38,6 +38,7 @@ __all__ = [
     "field_of",
     "files_of",
     "outcome_passed",
+    "short_repr",
     "verdict_approved",
     "verdict_feedback",
 ]
@@ -222,9 +223,10 @@ def decision(raw: Any) -> ControllerDecision:
         action, value = raw["action"], raw.get("value")
     if isinstance(action, str) and action.strip().lower() in ("continue", "stop"):
         return ControllerDecision(action=action, value=value)
-    raise DecisionError(f"controller returned {_short_repr(raw)}, which is not a decision; expected {_DECISION_FORMS}")
+    raise DecisionError(f"controller returned {short_repr(raw)}, which is not a decision; expected {_DECISION_FORMS}")
 
 
-def _short_repr(value: Any, limit: int = 200) -> str:
+def short_repr(value: Any, limit: int = 200) -> str:
+    """`repr(value)`, cut to `limit` characters with an ellipsis: a value quoted in an error message."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from loops.code.python import names_the_tests_miss
+from loops.contracts import short_repr
 from loops.errors import ConfigurationError
 from loops.signatures.results import CodeRequest, ValidationResult
 
@@ -24,9 +25,9 @@ def code_request(value: Any) -> CodeRequest:
         except ValueError as exc:
             fields = ", ".join(CodeRequest.model_fields)
             raise ConfigurationError(f"the built-in executor's input dict takes the keys {fields}; "
-                                     f"{_short_repr(value)} does not fit: {exc}") from None
+                                     f"{short_repr(value)} does not fit: {exc}") from None
     raise ConfigurationError(
-        f"the built-in executor needs a str or a dict with a 'prompt' str, got {_short_repr(value)}; "
+        f"the built-in executor needs a str or a dict with a 'prompt' str, got {short_repr(value)}; "
         "pass your own executor for other inputs"
     )
 
@@ -37,7 +38,3 @@ def next_request(current_input: Any, validation: ValidationResult, code: str, di
     feedback = f"{digest}\n{advice}" if advice and advice != digest else digest
     return code_request(current_input).retry(feedback, names_the_tests_miss(validation, code))
 
-
-def _short_repr(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
