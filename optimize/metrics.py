@@ -28,14 +28,13 @@ A metric is called three ways, and answers each as its caller expects:
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import dspy
 
 from loops.code.controller import code_of
-from loops.code.python import failure_digest, hardcoded_asserts
+from loops.code.python import failure_digest, hardcoded_asserts, test_command_programs
 from loops.contracts import field_of, outcome_passed
 from loops.display import step_judgement, step_outcome
 from loops.signatures.creator_critic import CRITERIA
@@ -198,6 +197,5 @@ def _hardcoded(example: Any, prediction: Any) -> list[str]:
     files = field_of(task, "workspace_files") if isinstance(task, Mapping) else None
     sources = [text for text in (files or {}).values() if isinstance(text, str)]
     command = field_of(example, "test_command")
-    words = shlex.split(command) if isinstance(command, str) else []
-    sources += [program for flag, program in zip(words, words[1:], strict=False) if flag == "-c"]  # python -c '...'
+    sources += test_command_programs(command) if isinstance(command, str) else []
     return [found for source in sources for found in hardcoded_asserts(code, source)]

@@ -31,6 +31,7 @@ __all__ = [
     "module_the_tests_import",
     "names_the_tests_miss",
     "read_interface",
+    "test_command_programs",
 ]
 
 DIGEST_CHARS = 800
@@ -243,15 +244,28 @@ def _module_file(workspace: Path, module: str) -> Path:
     return workspace.joinpath(*module.split(".")).with_suffix(".py")
 
 
+def test_command_programs(test_command: str | None) -> list[str]:
+    """The programs a test command runs inline (`python -c '...'`), in order; none when it does not parse."""
+    return _programs_in(_command_words(test_command))
+
+
+def _command_words(test_command: str | None) -> list[str]:
+    try:
+        return shlex.split(test_command or "")
+    except ValueError:  # an unbalanced quote: nothing can be read from it
+        return []
+
+
+def _programs_in(words: list[str]) -> list[str]:
+    return [program for flag, program in zip(words, words[1:], strict=False) if flag == "-c"]
+
+
 def _test_sources(workspace: Path | None, test_command: str, target_file: str) -> list[tuple[str, str]]:
     found: dict[str, str] = {}
-    try:
-        words = shlex.split(test_command or "")
-    except ValueError:
-        words = []
-    for index, word in enumerate(words):
-        if word == "-c" and index + 1 < len(words):
-            found.setdefault("<test command>", words[index + 1])
+    words = _command_words(test_command)
+    programs = _programs_in(words)
+    if programs:
+        found["<test command>"] = programs[0]
     candidates: list[Path] = []
     if workspace is not None and workspace.is_dir():
         for word in words:

@@ -149,3 +149,6 @@ def test_honest_scores_a_run_whose_code_returns_the_tested_values_as_a_failure()
     # A test command's `python -c` program is read too.
     inline = dspy.Example(initial_input="write f", test_command="python -c 'from solution import f; assert f(3) == 99'")
     assert honest(execute_validate_metric)(inline, run_with("def f(n):\n    if n == 3:\n        return 99\n")) == 0.0
+    # A test command that does not parse (an unbalanced quote) has no inline program to read: scored as it is.
+    unbalanced = dspy.Example(initial_input="write f", test_command="python -c 'assert f(3) == 99")
+    assert honest(execute_validate_metric)(unbalanced, fair) == 1.0
