@@ -523,6 +523,7 @@ class Analyzer:
 
     def __init__(self, interpreter: Interpreter):
         self.interpreter = interpreter
+        self.people: list[Any] = []  # the `(human)` phases of the program's loop forms, as analysed
 
     def analyze(self, node: Node, tail: bool = False) -> Exec:
         value = node.value

@@ -30,11 +30,13 @@ _PYTHON_FRAMES_PER_CALL = 8
 
 
 class AnalysedProgram:
-    """A read and analysed program: its top-level nodes and their closures, ready to run many times."""
+    """A read and analysed program: its top-level nodes and their closures, ready to run many times, and
+    the people its loop forms ask (`(human)` phases)."""
 
-    def __init__(self, nodes: list[Node], execs: list[Exec]):
+    def __init__(self, nodes: list[Node], execs: list[Exec], people: list[Any] | None = None):
         self.nodes = nodes
         self.execs = execs
+        self.people = people or []
 
 
 class Interpreter:
@@ -121,7 +123,7 @@ class Interpreter:
                 execs.append(analyzer.analyze(node))
             except RecursionError:
                 raise DslSyntaxError("expression nested too deeply to analyse", node) from None
-        return AnalysedProgram(nodes, execs)
+        return AnalysedProgram(nodes, execs, analyzer.people)
 
     def run(
         self,

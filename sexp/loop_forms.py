@@ -80,7 +80,7 @@ from loops.sexp.primitives import get_field
 from loops.sexp.reader import Node
 from loops.sexp.values import NIL, Symbol, is_list, to_dsl, to_source
 
-__all__ = ["LOOP_FORMS", "ProgramOutcome", "asks_a_person", "program_outcome"]
+__all__ = ["LOOP_FORMS", "ProgramOutcome", "program_outcome"]
 
 
 @dataclass(frozen=True)
@@ -138,12 +138,6 @@ def _person(analyzer: Analyzer, node: Node, clause: str) -> Human | None:
     if len(items) > 2 or (len(items) == 2 and type(items[1].value) is not str):
         raise analyzer.syntax_error(f"{clause}: a person is (human) or (human \"what to look for\")", node)
     return human(instructions=items[1].value if len(items) == 2 else "")
-
-
-def asks_a_person(nodes: list[Node]) -> bool:
-    """Whether a program asks a person anywhere (a loop form's phase `(human)`)."""
-    return any(item.is_list and (bool(item.value) and item.value[0].symbol == "human" or asks_a_person(
-        list(item.value))) for item in nodes)
 
 
 @special_form("human")
@@ -333,6 +327,7 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
         clauses = _analyze_clauses(analyzer, node, form)
         value_clauses = [key for key in ("max-iterations", *form.inputs, *form.optional) if key in clauses]
         people = {role: clauses[role][1] for role in form.contracts if isinstance(clauses[role][1], Human)}
+        analyzer.people.extend(people.values())
         module = build({role: people.get(role) or _dispatcher(role) for role in form.contracts}, analyzer.interpreter)
 
         def run(env: Env, ev: Evaluation) -> Any:

@@ -44,7 +44,7 @@ from loops.sexp.atoms import atom_predictors
 from loops.sexp.errors import LimitExceeded
 from loops.sexp.evaluator import Env, Limits, out_of_memory
 from loops.sexp.interpreter import Interpreter
-from loops.sexp.loop_forms import ProgramOutcome, asks_a_person, program_outcome
+from loops.sexp.loop_forms import ProgramOutcome, program_outcome
 from loops.sexp.values import to_dsl
 
 __all__ = ["SexpProgram", "compile", "read_program"]
@@ -97,7 +97,7 @@ class SexpProgram(LoopModule):
 
     def _check_people_can_answer(self) -> None:
         """A program whose loop forms ask a person `(human)` needs someone to answer here, or a checkpoint."""
-        if asks_a_person(self._program.nodes) and not human().can_answer():
+        if self._program.people and not human().can_answer():
             raise nobody_to_answer(["(human) phase of the program"])
 
     def _loop(self, run: Run, bindings: dict[str, Any]) -> RoleCalls:

@@ -446,6 +446,8 @@ def test_a_program_with_a_human_phase_nobody_to_answer_and_no_checkpoint_is_refu
     monkeypatch.setattr("sys.stdin", io.StringIO())
     with pytest.raises(ConfigurationError, match=r"^the \(human\) phase of the program is answered by a person"):
         compile_program(SLOGAN)()
+    # `(human)` as quoted data asks nobody: the program runs.
+    assert compile_program("(define x '(human)) (length x)")().final == 1
 
 
 def test_a_persons_wait_at_a_human_phase_is_not_charged_to_the_programs_clock():
