@@ -30,7 +30,7 @@ import dspy
 from loops.creator_critic import CreatorCriticIterator
 from loops.errors import ConfigurationError
 from loops.junk import is_junk
-from loops.optimize.writing import labeled_drafts, task_by_id
+from loops.optimize.writing import critic_examples
 from loops.signatures.creator_critic import CRITERIA
 
 __all__ = ["CriticOf", "balanced_demos", "labeled_verdicts"]
@@ -67,11 +67,8 @@ class CriticOf(dspy.Module):
 def labeled_verdicts(split: str) -> list[dspy.Example]:
     """The labeled drafts of `split` with every output field of the built-in critic: each criterion and
     `approved` are the truth of `check`, `feedback` the checks that failed (empty when none did)."""
-    return [dspy.Example(requirements=task_by_id(labeled.task_id).requirements, draft=labeled.draft,
-                         **{f"{criterion}_passed": labeled.approved for criterion in CRITERIA},
-                         feedback="; ".join(labeled.failures),
-                         approved=labeled.approved, failures=labeled.failures, task_id=labeled.task_id)
-            .with_inputs("requirements", "draft") for labeled in labeled_drafts(split)]
+    return [example.copy(**{f"{criterion}_passed": example.approved for criterion in CRITERIA},
+                         feedback="; ".join(example.failures)) for example in critic_examples(split)]
 
 
 def balanced_demos(split: str, k: int) -> list[dspy.Example]:

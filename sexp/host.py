@@ -17,7 +17,7 @@ from loops.errors import ConfigurationError
 from loops.sexp.errors import DslTypeError, DslValueError, LimitExceeded
 from loops.sexp.evaluator import current_evaluation
 from loops.sexp.values import is_list
-from loops.validators import ShellValidator, Workspace, workspace_path
+from loops.validators import ShellValidator, Workspace
 
 __all__ = ["SHELL_TOOL", "WITHHELD_TOOLS", "Tool", "WorkspaceContext", "shell_command_tool", "write_file_tool"]
 
@@ -144,8 +144,7 @@ def write_file_tool(workspace: str | os.PathLike[str] | None = None) -> Tool:
             raise DslTypeError(f"the content must be a string, got {content!r:.80}")
         root = Path(workspace if workspace is not None else os.getcwd()).resolve()
         try:
-            target = workspace_path(root, path)
-            Workspace(root).write({path: content})
+            [target] = Workspace(root).write({path: content})
         except ConfigurationError as error:
             raise DslValueError(str(error)) from None
         return {"path": target.relative_to(root).as_posix(), "chars": len(content)}
