@@ -166,7 +166,7 @@ class _Batch:
             _start_ray(ray, self.address)
         actors = None
         try:
-            actors = _Actors(ray, (self.program, _portable(self.lm), self.metric), self.concurrency, len(self.pending))
+            actors = _Actors(ray, (self.program, self.lm, self.metric), self.concurrency, len(self.pending))
             cpu_before = await actors.cpu_seconds()  # once each actor has built its program and LM
             self.startup_seconds, self.workers = time.monotonic() - started, len(actors.actors)
             self.progress.running()
@@ -341,11 +341,14 @@ class _Actors:
 
 class _Worker:
     """A Ray actor: many examples at once on its event loop, each in its own workspace, with the program
-    and the LM it built once."""
+    and the LM it built once.
+
+    The LM arrives as it is, every setting with it (its kwargs, its profile: adapter, history window), as the
+    program's own per-role LMs do: the embedded model's engine carries no weights (the actor's process loads
+    its own shared model on first use), so it needs no rebuilding, which would run another LM than asyncio's."""
 
     def __init__(self, shared: tuple[Any, Any, Any]):
-        self.program, lm, self.metric = shared
-        self.lm = _rebuilt(lm)
+        self.program, self.lm, self.metric = shared
 
     async def run(self, key: str, inputs: dict[str, Any]) -> Record:
         with dspy.context(lm=self.lm):
@@ -353,21 +356,6 @@ class _Worker:
 
     async def cpu_seconds(self) -> float:
         return time.process_time()
-
-
-def _portable(lm: Any) -> Any:
-    """The LM as it travels to a worker: the embedded model by name (its weights load on the worker)."""
-    from loops.lm import is_embedded
-
-    return "local" if is_embedded(lm) else lm
-
-
-def _rebuilt(lm: Any) -> Any:
-    if lm == "local":
-        from loops.lm import local_lm
-
-        return local_lm()
-    return lm
 
 
 # --- examples and records --------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import http.server
 import json
 import logging
 import os
+import pickle
 import re
 import signal
 import socket
@@ -16,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import cloudpickle
 import dspy
 import pytest
 from dspy.lm15 import AuthError, ServerError
@@ -26,6 +28,7 @@ import loops.lm
 from loops import ConfigurationError, CreatorCriticIterator, RetryPolicy
 from loops.cli import app
 from loops.optimize import creator_critic_metric
+from loops.profile import profile_of
 from tests.scripted import calls, request_text, scripted_lm
 
 # Ray keeps a local instance (its node, every server of it) on 127.0.0.1 only when told, before it is imported,
@@ -468,6 +471,65 @@ def test_ray_actors_run_many_loops_each_with_the_results_of_asyncio(lm_server, l
     assert by_backend["ray"] == by_backend["asyncio"]
     assert [record["id"] for record in by_backend["ray"]] == sorted(["broken", *(f"note-{n}" for n in range(16))])
     assert "down for this one" in by_backend["ray"][0]["error"]
+
+
+# The embedded LM as --model local --max-tokens 77 --temperature 0.5 --adapter json builds it, with settings of
+# the user's own (top_p, num_retries) under them: everything a worker must run it with, none of it the default.
+EMBEDDED_SETTINGS = {"model": loops.lm.MODEL, "kwargs": {"temperature": 0.5, "max_tokens": 77, "top_p": 0.9},
+                     "cache": False, "num_retries": 1, "adapter": "json",
+                     "history_window": loops.lm.EMBEDDED_HISTORY_WINDOW, "price": "free", "embedded": True}
+
+
+def embedded_lm():
+    return loops.lm.resolve(loops.lm.local_lm(top_p=0.9, num_retries=1), max_tokens=77, temperature=0.5,
+                            adapter="json")
+
+
+def settings_of(lm):
+    found = profile_of(lm)
+    return {"model": lm.model, "kwargs": dict(lm.kwargs), "cache": lm.cache, "num_retries": lm.num_retries,
+            "adapter": found.adapter, "history_window": found.history_window, "price": found.price.__name__,
+            "embedded": loops.lm.is_embedded(lm)}
+
+
+def reporting_its_lm():
+    """A program that calls no LM: its final is the settings of the LM it runs on, where it runs. Defined here
+    so that cloudpickle sends the class itself to Ray's workers, which cannot import the tests."""
+
+    class ReportsItsLM(dspy.Module):
+        async def aforward(self, requirements):
+            return dspy.Prediction(success=True, final=settings_of(dspy.settings.lm))
+
+    return ReportsItsLM()
+
+
+@pytest.mark.embedded
+def test_the_embedded_lm_travels_whole_and_without_the_weights_loaded_here():
+    lm = embedded_lm()
+    loops.lm.embedded._shared_model()  # loaded in this process: none of it may go with the LM
+    shipped = cloudpickle.dumps(lm)  # as Ray sends it to an actor
+
+    assert len(shipped) < 10_000
+    assert settings_of(pickle.loads(shipped)) == settings_of(lm) == EMBEDDED_SETTINGS
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+def test_ray_actors_run_on_the_lm_asyncio_runs_on_with_every_setting_of_it(local_ray, tmp_path):
+    """Ray's actors once rebuilt the embedded LM from its name, with the defaults (max_tokens 512, temperature
+    0, compact JSON): `--backend ray` ran another LM than `--backend asyncio`."""
+    by_backend = {}
+    with dspy.context(lm=embedded_lm()):
+        for backend in ("asyncio", "ray"):
+            out = tmp_path / f"{backend}.jsonl"
+            summary = loops.batch.run(reporting_its_lm(), examples(4), out=out, backend=backend, concurrency=4,
+                                      progress=False)
+            assert summary.finished == 4, records(out)
+            by_backend[backend] = without_timing(records(out))
+
+    assert summary.workers == 2
+    assert [record["final"] for record in by_backend["ray"]] == [EMBEDDED_SETTINGS] * 4
+    assert by_backend["ray"] == by_backend["asyncio"]
 
 
 @pytest.mark.slow
