@@ -127,7 +127,7 @@ class _Batch:
             raise ConfigurationError("no LM is configured: call dspy.configure(lm=...) before loops.batch.run")
         self.program, self.backend, self.concurrency, self.address, self.metric = (
             program, backend, concurrency, address, metric)
-        self.lm = dspy.settings.lm
+        self.lm, self.adapter = dspy.settings.lm, dspy.settings.adapter
         items = list(_items(examples))
         self.out = _Output(Path(out), retry_failed)
         self.pending = [(key, inputs) for key, inputs in items if key not in self.out.results]
@@ -166,7 +166,8 @@ class _Batch:
             _start_ray(ray, self.address)
         actors = None
         try:
-            actors = _Actors(ray, (self.program, self.lm, self.metric), self.concurrency, len(self.pending))
+            shared = (self.program, self.lm, self.adapter, self.metric)
+            actors = _Actors(ray, shared, self.concurrency, len(self.pending))
             cpu_before = await actors.cpu_seconds()  # once each actor has built its program and LM
             self.startup_seconds, self.workers = time.monotonic() - started, len(actors.actors)
             self.progress.running()
@@ -306,7 +307,7 @@ class _Actors:
     `concurrency`. Twice as many examples are handed out as run (`owners`: each slot's actor): the other half
     waits in the actors, so that an actor starts its next loop the moment one ends, not a round trip later."""
 
-    def __init__(self, ray: Any, shared: tuple[Any, Any, Any], concurrency: int, pending: int):
+    def __init__(self, ray: Any, shared: tuple[Any, Any, Any, Any], concurrency: int, pending: int):
         count = max(1, min(concurrency, int(ray.cluster_resources().get("CPU", 1)), pending))
         self.ray, self.shares = ray, [concurrency // count + (number < concurrency % count) for number in range(count)]
         self.worker, self.shared = ray.remote(num_cpus=1)(_Worker), ray.put(shared)
@@ -343,15 +344,16 @@ class _Worker:
     """A Ray actor: many examples at once on its event loop, each in its own workspace, with the program
     and the LM it built once.
 
-    The LM arrives as it is, every setting with it (its kwargs, its profile: adapter, history window), as the
+    The LM arrives as it is, every setting with it (its kwargs, its profile: adapter, history window), and so does
+    an adapter configured beside it (`dspy.configure(adapter=...)`), as the
     program's own per-role LMs do: the embedded model's engine carries no weights (the actor's process loads
     its own shared model on first use), so it needs no rebuilding, which would run another LM than asyncio's."""
 
-    def __init__(self, shared: tuple[Any, Any, Any]):
-        self.program, self.lm, self.metric = shared
+    def __init__(self, shared: tuple[Any, Any, Any, Any]):
+        self.program, self.lm, self.adapter, self.metric = shared
 
     async def run(self, key: str, inputs: dict[str, Any]) -> Record:
-        with dspy.context(lm=self.lm):
+        with dspy.context(lm=self.lm, adapter=self.adapter):
             return await _run_example(self.program, key, inputs, self.metric)
 
     async def cpu_seconds(self) -> float:

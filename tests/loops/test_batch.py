@@ -498,7 +498,9 @@ def reporting_its_lm():
 
     class ReportsItsLM(dspy.Module):
         async def aforward(self, requirements):
-            return dspy.Prediction(success=True, final=settings_of(dspy.settings.lm))
+            adapter = dspy.settings.adapter
+            return dspy.Prediction(success=True, final={**settings_of(dspy.settings.lm),
+                                                        "configured_adapter": type(adapter).__name__})
 
     return ReportsItsLM()
 
@@ -519,7 +521,7 @@ def test_ray_actors_run_on_the_lm_asyncio_runs_on_with_every_setting_of_it(local
     """Ray's actors once rebuilt the embedded LM from its name, with the defaults (max_tokens 512, temperature
     0, compact JSON): `--backend ray` ran another LM than `--backend asyncio`."""
     by_backend = {}
-    with dspy.context(lm=embedded_lm()):
+    with dspy.context(lm=embedded_lm(), adapter=dspy.XMLAdapter()):
         for backend in ("asyncio", "ray"):
             out = tmp_path / f"{backend}.jsonl"
             summary = loops.batch.run(reporting_its_lm(), examples(4), out=out, backend=backend, concurrency=4,
@@ -528,7 +530,8 @@ def test_ray_actors_run_on_the_lm_asyncio_runs_on_with_every_setting_of_it(local
             by_backend[backend] = without_timing(records(out))
 
     assert summary.workers == 2
-    assert [record["final"] for record in by_backend["ray"]] == [EMBEDDED_SETTINGS] * 4
+    assert [record["final"] for record in by_backend["ray"]] == [
+        {**EMBEDDED_SETTINGS, "configured_adapter": "XMLAdapter"}] * 4
     assert by_backend["ray"] == by_backend["asyncio"]
 
 
