@@ -25,10 +25,10 @@ from loops.cli.options import (
     EXIT_NO_SUCCESS,
     EXIT_RUN_FAILED,
     EXIT_SUCCESS,
-    EXIT_USAGE,
     ModelChoice,
     ShellGrant,
     console,
+    dsl_errors_exit_usage,
     load_program,
     name_value_pairs,
     with_options,
@@ -238,11 +238,6 @@ def load_examples(kind: str, data: str, split: str | None) -> list[dspy.Example]
 
 def _program(kind: str, program: Path | None, grant: ShellGrant, **arguments: Any) -> Any:
     """The program a dataset command runs (`load_program`), with the tools granted to it; an error in a DSL
-    program is shown with its position and caret, exit 2, as `loops run` shows it."""
-    from loops.sexp import DslError
-
-    try:
+    program is shown with its position and caret, exit 2, as `loops run` shows it (`dsl_errors_exit_usage`)."""
+    with dsl_errors_exit_usage():
         return load_program(kind, program, tools=grant.tools(kind), **arguments)
-    except DslError as error:
-        typer.echo(str(error), err=True)
-        raise typer.Exit(EXIT_USAGE) from None

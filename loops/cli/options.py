@@ -15,7 +15,8 @@ import importlib
 import inspect
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
            "EXIT_USAGE", "KINDS", "AdapterName", "HumanOption", "ModelChoice", "Policy", "RunOptions", "ShellGrant",
-           "console", "exit_code", "kind_class", "load_program", "name_value_pairs", "people", "with_options"]
+           "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program", "name_value_pairs", "people",
+           "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
@@ -56,6 +58,20 @@ def exit_code(stop_reason: str, success: bool) -> int:
     if stop_reason == "awaiting_input":
         return EXIT_AWAITING_INPUT
     return EXIT_SUCCESS if success else EXIT_NO_SUCCESS
+
+
+@contextmanager
+def dsl_errors_exit_usage() -> Iterator[None]:
+    """An error in a DSL program (`loops.sexp.DslError`) raised inside, printed as it is (its line and a caret,
+    over several lines: not the one-line `error: ...` of other usage errors) with exit code 2. Every command
+    that compiles or runs a DSL program shows its errors so."""
+    from loops.sexp import DslError  # with the program, not before: --help loads no DSL
+
+    try:
+        yield
+    except DslError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 HumanOption = Annotated[list[str] | None, typer.Option(

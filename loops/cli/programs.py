@@ -13,11 +13,11 @@ from rich.panel import Panel
 from loops.budget import Budget
 from loops.cli.options import (
     EXIT_NO_SUCCESS,
-    EXIT_USAGE,
     ModelChoice,
     RunOptions,
     ShellGrant,
     console,
+    dsl_errors_exit_usage,
     exit_code,
     load_program,
     name_value_pairs,
@@ -69,7 +69,7 @@ def run_program(
     clock, recursion depth, size caps or memory, shown with the form's position), 2 for an error in the
     program (shown with its line and a caret; a program that names the shell tool without
     --allow-shell is one), 4 when a (human) phase waits for a person's answer (`loops runs answer`)."""
-    from loops.sexp import DslError, LimitExceeded, Limits, compile, to_source
+    from loops.sexp import LimitExceeded, Limits, compile, to_source
 
     bindings = _bindings(assignments or [])
     reserved = sorted(set(bindings) & {"budget", "checkpoint", "run_id"})
@@ -84,31 +84,25 @@ def run_program(
     lm = choice.resolve()
     if override_atom_models:
         options["atom_model"] = lm
-    try:
+    with dsl_errors_exit_usage():  # an error in the program, found as it compiles or as it runs
         compiled = compile(program, **options) if saved is None else load_program(str(program), saved, **options)
-    except DslError as error:
-        typer.echo(str(error), err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    log = logging.getLogger("loops.sexp")
-    handler = _ConsoleLog()
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    try:
-        result, seconds = run_with_progress(compiled, lm, run.trace, **bindings)
-    except ConfigurationError as error:  # e.g. an atom's own hosted model, without its key
-        if override_atom_models or not compiled.atom_models:
-            raise
-        named = ", ".join(f"{atom} ({model})" for atom, model in compiled.atom_models.items())
-        raise ConfigurationError(f"{error} [atoms with their own model: {named}; --override-atom-models runs "
-                                 "every atom on --model]") from error
-    except LimitExceeded as error:  # its step budget, wall clock or recursion depth: a limit, as --timeout is
-        typer.echo(str(error), err=True)
-        raise typer.Exit(EXIT_NO_SUCCESS) from None
-    except DslError as error:
-        typer.echo(str(error), err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    finally:
-        log.removeHandler(handler)
+        log = logging.getLogger("loops.sexp")
+        handler = _ConsoleLog()
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        try:
+            result, seconds = run_with_progress(compiled, lm, run.trace, **bindings)
+        except ConfigurationError as error:  # e.g. an atom's own hosted model, without its key
+            if override_atom_models or not compiled.atom_models:
+                raise
+            named = ", ".join(f"{atom} ({model})" for atom, model in compiled.atom_models.items())
+            raise ConfigurationError(f"{error} [atoms with their own model: {named}; --override-atom-models runs "
+                                     "every atom on --model]") from error
+        except LimitExceeded as error:  # a DslError, but a limit (steps, wall clock, recursion depth): exit 1
+            typer.echo(str(error), err=True)
+            raise typer.Exit(EXIT_NO_SUCCESS) from None
+        finally:
+            log.removeHandler(handler)
     outcome = "success" if result.success else "no success"  # the last loop form's, or the program's own verdict
     console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}, {outcome}",
                         expand=False))
