@@ -95,7 +95,7 @@ def _outcome(step: Step) -> str:
     return f"[red]{outcome}[/red]" if step.error else outcome
 
 
-def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoice, trace: Path | None,
+def run_with_progress(module: dspy.Module, model: dspy.BaseLM | ModelChoice, trace: Path | None,
                       **inputs: Any) -> tuple[dspy.Prediction, float]:
     """Run `module` on `inputs` with the live display; returns its prediction and the wall time. The
     command's LM (`model`) is closed at the end.
@@ -105,11 +105,10 @@ def run_with_progress(module: dspy.Module, model: str | dspy.BaseLM | ModelChoic
     """
     import dspy
 
-    from loops.lm import resolve
     from loops.person import answering, person_at_hand
 
-    lm = model.resolve() if isinstance(model, ModelChoice) else model if isinstance(model, dspy.BaseLM) else (
-        resolve(model))
+    # `fix` and `run` resolve their --model before the run (its defaults, the atoms' model) and pass the LM
+    lm = model.resolve() if isinstance(model, ModelChoice) else model
     with ExitStack() as stack:
         stack.callback(lm.close)  # a command's LM: its connections end with its run
         trace_file = stack.enter_context(open_trace(trace)) if trace else None
