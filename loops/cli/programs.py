@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.panel import Panel
 
 from loops.budget import Budget
@@ -18,12 +17,11 @@ from loops.cli.options import (
     ShellGrant,
     console,
     dsl_errors_exit_usage,
-    exit_code,
     load_program,
     name_value_pairs,
     with_options,
 )
-from loops.cli.progress import run_with_progress, show_question
+from loops.cli.progress import finish_report, run_with_progress
 from loops.errors import ConfigurationError
 
 __all__ = ["dsl_value", "repl", "run_program"]
@@ -109,10 +107,7 @@ def run_program(
     from loops.display import lm_calls_text
 
     console.print(f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
-    for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-    show_question(result)
-    raise typer.Exit(exit_code(result.stop_reason, result.success))
+    finish_report(result)
 
 
 class _ConsoleLog(logging.Handler):

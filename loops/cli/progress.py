@@ -7,7 +7,7 @@ import json
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Group
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from loops.person import Question
     from loops.runtime import Step
 
-__all__ = ["LiveProgress", "open_trace", "report", "run_with_progress", "show_question"]
+__all__ = ["LiveProgress", "finish_report", "open_trace", "report", "run_with_progress", "show_question"]
 
 
 class LiveProgress:
@@ -149,6 +149,12 @@ def report(result: dspy.Prediction, seconds: float, title: str) -> None:
     cost = "" if result.cost_usd is None else f"   cost: ${result.cost_usd:.4f}"
     console.print(f"stop reason: [bold]{result.stop_reason}[/bold]   iterations: {result.iterations}   "
                   f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}{cost}   wall time: {seconds:.1f}s")
+    finish_report(result)
+
+
+def finish_report(result: dspy.Prediction) -> NoReturn:
+    """The end every run's report shares, a loop's (`report`) and a DSL program's (`loops run`): its warnings,
+    the question of a run that waits for a person, and its exit code."""
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     show_question(result)
