@@ -16,6 +16,12 @@ holds; `--summarize` prints the figures of files already written.
     .venv/bin/python -m benchmarks.writing refine --split heldout --out /tmp/refine-heldout.jsonl
     .venv/bin/python -m benchmarks.writing --summarize /tmp/critic-heldout.jsonl /tmp/refine-heldout.jsonl
 
+`critic --margins` also records, for each boolean field of the critic's answer, the model's own preference
+between `true` and `false` where it wrote that field (log P(true) - log P(false), read off llama.cpp's
+logits before any penalty or grammar), and the summary prints how well each margin separates good drafts
+from bad ones (ROC AUC, 0.5 = no signal) and the best agreement any threshold on it reaches: whether a
+threshold fitted on train could teach the critic what its sampled verdict does not show.
+
 `--code` names the code that ran in the records (e.g. the commit of a checkout run with PYTHONPATH), so
 that a measurement of an older version of the loops can sit beside the current one.
 """
@@ -35,7 +41,69 @@ def _given_draft(requirements: str, context: str, iteration: int) -> str:
     return context
 
 
-def critic_records(split: str, demos: int, done: set[str]) -> Any:
+_VERDICT_FIELDS = ("accuracy_passed", "completeness_passed", "quality_passed", "approved")
+
+
+class _Margins:
+    """The embedded engine, keeping each request and its answer so that the critic's margins can be read."""
+
+    def __init__(self) -> None:
+        from loops.lm.embedded import LlamaEngine
+
+        class Recording(LlamaEngine):
+            def complete(engine, request: Any) -> Any:
+                response = super().complete(request)
+                self.last = (request, response.message.text)
+                return response
+
+        self.engine, self.last = Recording(), None
+
+    def lm(self) -> Any:
+        import dspy
+
+        from loops.lm.embedded import MODEL, AsyncLlamaEngine
+
+        return dspy.LM(MODEL, engine=self.engine, async_engine=AsyncLlamaEngine(self.engine), temperature=0.0,
+                       max_tokens=512, cache=False)
+
+    def of_last(self) -> dict[str, float | None]:
+        """log P(true) - log P(false) at each verdict field of the last answer, the prompt and the answer up
+        to the field fed back to the model."""
+        import re
+
+        import numpy as np
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        from loops.lm import embedded
+
+        llama = embedded._shared_model()
+        request, answer = self.last
+        formatter = Jinja2ChatFormatter(llama.metadata["tokenizer.chat_template"], eos_token="<|im_end|>",
+                                        bos_token="")
+        prompt = formatter(messages=embedded._llama_messages(request)).prompt
+        ids = {word: [llama.tokenize(spelling.encode(), add_bos=False, special=True)[0]
+                      for spelling in (word, " " + word)] for word in ("true", "false")}
+        margins: dict[str, float | None] = {}
+        with embedded._generation_lock:
+            for field in _VERDICT_FIELDS:
+                found = re.search(rf'"{field}"\s*:\s*', answer)
+                if found is None:
+                    margins[field] = None
+                    continue
+                tokens = llama.tokenize((prompt + answer[:found.end()]).encode(), add_bos=False, special=True)
+                # The model's context still holds the prompt and the answer: feed only what differs.
+                kept = 0
+                while kept < min(llama.n_tokens, len(tokens) - 1) and llama.input_ids[kept] == tokens[kept]:
+                    kept += 1
+                llama.n_tokens = kept
+                llama.eval(tokens[kept:])
+                logits = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(llama.n_vocab(),))
+                margins[field] = round(float(np.logaddexp.reduce(logits[ids["true"]])
+                                             - np.logaddexp.reduce(logits[ids["false"]])), 4)
+        return margins
+
+
+def critic_records(split: str, demos: int, done: set[str], margins: _Margins | None = None) -> Any:
     """The critic's verdict on each labeled draft of `split`, as the loop acts on it (one iteration, the
     draft handed on by the creator)."""
     from loops import CreatorCriticIterator
@@ -55,9 +123,11 @@ def critic_records(split: str, demos: int, done: set[str]) -> Any:
         yield f"{example.task_id}|{example.draft}", {
             "task_id": example.task_id, "truth": bool(example.approved), "approved": bool(result.success),
             "agrees": bool(result.success) == bool(example.approved),
-            "said": {key: verdict.get(key) for key in ("accuracy_passed", "completeness_passed", "quality_passed",
-                                                       "approved")},
+            "said": {key: verdict.get(key) for key in _VERDICT_FIELDS},
+            **({"margins": margins.of_last()} if margins is not None and margins.last is not None else {}),
             "warnings": list(result.warnings), "seconds": round(time.monotonic() - started, 1)}
+        if margins is not None:
+            margins.last = None
 
 
 def loop_records(kind: str, split: str, config: str, max_iterations: int | None, done: set[str]) -> Any:
@@ -93,10 +163,11 @@ def run(args: argparse.Namespace) -> None:
     label = _label(args)
     out = Path(args.out)
     done = {record["key"] for record in _read([out]) if record["label"] == label and record.get("code") == args.code}
-    records = critic_records(args.split, args.demos, done) if args.command == "critic" else loop_records(
+    margins = _Margins() if args.margins else None
+    records = critic_records(args.split, args.demos, done, margins) if args.command == "critic" else loop_records(
         args.command, args.split, args.config, args.max_iterations, done)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with dspy.context(lm=local_lm()), out.open("a", encoding="utf-8") as handle:
+    with dspy.context(lm=margins.lm() if margins else local_lm()), out.open("a", encoding="utf-8") as handle:
         for key, record in records:
             handle.write(json.dumps({"label": label, "key": key, "code": args.code, **record}) + "\n")
             handle.flush()
@@ -107,7 +178,7 @@ def run(args: argparse.Namespace) -> None:
 
 def _label(args: argparse.Namespace) -> str:
     if args.command == "critic":
-        return f"critic/{args.split}/demos={args.demos}"
+        return f"critic/{args.split}/demos={args.demos}{'/margins' if args.margins else ''}"
     iterations = "" if args.max_iterations is None else f"/max_iterations={args.max_iterations}"
     return f"{args.command}/{args.split}/{args.config}{iterations}"
 
@@ -134,6 +205,7 @@ def summarize(paths: list[Path]) -> None:
             truth = sum(record["truth"] for record in records)
             print(f"{label}{where}: agreement {agree}/{len(records)} = {agree / len(records):.1%}; approved "
                   f"{approved}, truly good {truth}; {seconds:.0f} s")
+            _summarize_margins(records)
         else:
             passed = sum(record["passes"] for record in records)
             calls = sum(record["lm_calls"] for record in records)
@@ -141,11 +213,29 @@ def summarize(paths: list[Path]) -> None:
                   f"{calls} LM calls; {seconds:.0f} s")
 
 
+def _summarize_margins(records: list[dict[str, Any]]) -> None:
+    scored = [record for record in records if record.get("margins")]
+    for field in _VERDICT_FIELDS if scored else ():
+        pairs = [(record["margins"][field], record["truth"]) for record in scored
+                 if record["margins"][field] is not None]
+        good = [margin for margin, truth in pairs if truth]
+        bad = [margin for margin, truth in pairs if not truth]
+        if not good or not bad:
+            continue
+        auc = sum((g > b) + 0.5 * (g == b) for g in good for b in bad) / (len(good) * len(bad))
+        best = max(sum((margin > threshold) == truth for margin, truth in pairs)
+                   for threshold in [float("-inf"), *(margin for margin, _ in pairs)])
+        print(f"  margin of {field}: ROC AUC {auc:.3f}; the best threshold agrees on {best}/{len(pairs)} = "
+              f"{best / len(pairs):.1%} ({len(good)} good, {len(bad)} bad)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.writing", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", nargs="?", choices=("critic", "refine", "direct"))
     parser.add_argument("--split", default="train", choices=("train", "heldout"))
     parser.add_argument("--demos", type=int, default=0, help="critic: labeled verdicts of the train split shown")
+    parser.add_argument("--margins", action="store_true",
+                        help="critic: also record the model's log P(true) - log P(false) at each verdict field")
     parser.add_argument("--config", default="defaults", choices=("defaults", "json"),
                         help="refine/direct: the loop as built (defaults by model), or its roles in JSON, untaught")
     parser.add_argument("--max-iterations", type=int, default=None, help="refine/direct: the loop's iterations")
