@@ -749,7 +749,7 @@ class Run:
             return None
         inner, call = found
         for record in (*inner, call):
-            result, step, warnings, turn = checkpoint.unpack(record)
+            result, step, warnings, turn = self.replay.unpacked(record)
             if record is not call and turn is not None:
                 self._remember(record.role, turn)
             self.warnings.extend(warnings)

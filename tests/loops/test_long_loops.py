@@ -12,7 +12,7 @@ from pathlib import Path
 import dspy
 import pytest
 
-from loops import Budget, ConfigurationError, CreatorCriticIterator
+from loops import Budget, ConfigurationError, CreatorCriticIterator, checkpoint
 from loops.checkpoint import MemoryStore
 from loops.errors import ReplayDivergence
 from tests.scripted import calls, scripted_lm
@@ -131,6 +131,18 @@ def test_a_finished_run_replays_without_any_lm_call():
     assert steps(again) == steps(first)
     assert all(step.replayed for step in again.trace) and not any(step.replayed for step in first.trace)
     assert [(run.run_id, run.calls, run.stop_reason) for run in store.runs()] == [("r1", 6, "max_iterations")]
+
+
+def test_a_resumed_run_reads_each_record_once(monkeypatch):
+    store = MemoryStore()
+    with dspy.context(lm=scripted_lm(never_approving)):
+        CreatorCriticIterator(max_iterations=3, checkpoint=store)(requirements="a slogan", run_id="r1")
+    read, unpack = [], checkpoint.unpack
+    monkeypatch.setattr(checkpoint, "unpack", lambda call: read.append(call.seq) or unpack(call))
+    with dspy.context(lm=scripted_lm([])):
+        again = CreatorCriticIterator(max_iterations=3, checkpoint=store)(requirements="a slogan", run_id="r1")
+    assert (again.lm_calls, len(again.trace)) == (0, 6)
+    assert read == [0, 1, 2, 3, 4, 5]
 
 
 def test_a_replay_that_diverges_stops_with_a_clear_error():
