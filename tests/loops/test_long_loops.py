@@ -12,6 +12,7 @@ from pathlib import Path
 import dspy
 import pytest
 
+import loops
 from loops import Budget, ConfigurationError, CreatorCriticIterator, checkpoint
 from loops.checkpoint import MemoryStore
 from loops.errors import ReplayDivergence
@@ -143,6 +144,18 @@ def test_a_resumed_run_reads_each_record_once(monkeypatch):
         again = CreatorCriticIterator(max_iterations=3, checkpoint=store)(requirements="a slogan", run_id="r1")
     assert (again.lm_calls, len(again.trace)) == (0, 6)
     assert read == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_checkpointed_run_hashes_each_calls_inputs_once(monkeypatch):
+    hashed, stable_hash = [], checkpoint.stable_hash  # `hashed` keeps each value alive: no id is reused
+    monkeypatch.setattr(checkpoint, "stable_hash", lambda value: hashed.append(value) or stable_hash(value))
+    critic = loops.human(answer=lambda question: {"approved": False, "feedback": "more detail"})  # a person's call too
+    with dspy.context(lm=scripted_lm(never_approving)):
+        result = CreatorCriticIterator(max_iterations=2, critic=critic, checkpoint=MemoryStore())(
+            requirements="a slogan", run_id="r1")
+    assert [step.human for step in result.trace] == [False, True, False, True]
+    assert len(hashed) >= len(result.trace)
+    assert len({id(value) for value in hashed}) == len(hashed)
 
 
 def test_a_replay_that_diverges_stops_with_a_clear_error():
