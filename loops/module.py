@@ -219,7 +219,8 @@ class LoopModule(dspy.Module):
         budget = limits.pop("budget", None) or self.budget
         if not isinstance(budget, Budget):
             raise ConfigurationError(f"budget must be a loops.Budget, got {budget!r:.100}")
-        budget = budget.override(**{name: limits[name] for name in ("max_iterations",) if name in limits})
+        store, run_id = limits.pop("checkpoint", self.checkpoint), limits.pop("run_id", None)
+        budget = budget.override(**limits)  # what is left of the call's options are the budget's limits
         if dspy.settings.lm is None:
             for role in self._roles_that_may_run(budget):
                 predictor, _ = predictor_of(getattr(self, role))
@@ -228,10 +229,8 @@ class LoopModule(dspy.Module):
                         f"no LM is configured for the {role} role: call dspy.configure(lm=...) (e.g. "
                         "loops.lm.local_lm() for the embedded offline model), use dspy.context(lm=...), or "
                         f"{type(self).__name__}.{role}.set_lm(...)")
-        store, run_id = limits.pop("checkpoint", self.checkpoint), limits.pop("run_id", None)
         if run_id is None:
             self._check_people_can_answer()
-        budget = budget.override(**limits) if limits else budget
         replay = None
         if run_id is not None:
             if store is None:
