@@ -359,13 +359,17 @@ class Replay:
         if claim is not None:
             claim(run_id, self.owner)
         try:
-            for call in self.recorded:
-                unpack(call)  # a damaged record is found now, before any LM call, not halfway through
+            # Every record is read now, once: a damaged one is found before any LM call, not halfway through.
+            self._unpacked = {call.seq: unpack(call) for call in self.recorded}
         except ConfigurationError:
             self.release()
             raise
         self.position = 0
         self.next_seq = len(self.recorded)
+
+    def unpacked(self, call: CallRecord) -> tuple[Any, ...]:
+        """A recorded call's (result, step, warnings, turn), as read when the replay started (`unpack`)."""
+        return self._unpacked[call.seq]
 
     def take(self, role: str, inputs_hash: str, nested: bool) -> tuple[list[CallRecord], CallRecord] | None:
         """The record answering this call, with the nested calls recorded inside it; None when the call

@@ -162,11 +162,9 @@ class LoopModule(dspy.Module):
         """DSPy's state (demos, instructions) with the loop's class, the arguments it was built with and
         each role's LM as a model string, instead of the LM's endpoint settings."""
         state = super().dump_state(json_mode=json_mode)
-        lms = {}
-        for name, predictor in self.named_predictors():
-            if predictor.lm is not None:
-                lms[name] = lm_reference(predictor.lm)
-                state[name]["lm"] = None
+        lms = self._lm_references()
+        for name in lms:
+            state[name]["lm"] = None
         state["loops"] = {
             "kind": f"{type(self).__module__}:{type(self).__qualname__}",
             "arguments": {name: encode(value) for name, value in getattr(self, "_arguments", {}).items()},
@@ -184,10 +182,15 @@ class LoopModule(dspy.Module):
         """DSPy's save; a role that names no LM of its own is said now (a warning on the `loops` logger), not
         first when the loaded program cannot run."""
         saved = super().save(path, *args, **kwargs)
-        note = unnamed_lm_note([name for name, _ in self.named_predictors()], self.dump_state()["loops"]["lms"])
+        note = unnamed_lm_note([name for name, _ in self.named_predictors()], self._lm_references())
         if note is not None:
             logging.getLogger("loops").warning("%s: %s", os.fspath(path), note)
         return saved
+
+    def _lm_references(self) -> dict[str, str | None]:
+        """Each role with an LM of its own, by the model string it is saved as (`lm_reference`)."""
+        return {name: lm_reference(predictor.lm) for name, predictor in self.named_predictors()
+                if predictor.lm is not None}
 
     def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> LoopModule:
         """DSPy's state, then the saved loop settings (budget, retry policy, strictness, histories) and
@@ -216,7 +219,8 @@ class LoopModule(dspy.Module):
         budget = limits.pop("budget", None) or self.budget
         if not isinstance(budget, Budget):
             raise ConfigurationError(f"budget must be a loops.Budget, got {budget!r:.100}")
-        budget = budget.override(**{name: limits[name] for name in ("max_iterations",) if name in limits})
+        store, run_id = limits.pop("checkpoint", self.checkpoint), limits.pop("run_id", None)
+        budget = budget.override(**limits)  # what is left of the call's options are the budget's limits
         if dspy.settings.lm is None:
             for role in self._roles_that_may_run(budget):
                 predictor, _ = predictor_of(getattr(self, role))
@@ -225,10 +229,8 @@ class LoopModule(dspy.Module):
                         f"no LM is configured for the {role} role: call dspy.configure(lm=...) (e.g. "
                         "loops.lm.local_lm() for the embedded offline model), use dspy.context(lm=...), or "
                         f"{type(self).__name__}.{role}.set_lm(...)")
-        store, run_id = limits.pop("checkpoint", self.checkpoint), limits.pop("run_id", None)
         if run_id is None:
             self._check_people_can_answer()
-        budget = budget.override(**limits) if limits else budget
         replay = None
         if run_id is not None:
             if store is None:

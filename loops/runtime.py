@@ -525,7 +525,8 @@ class Run:
         if history_field is not None and role not in self._role_windows:
             self._role_windows[role] = self._window(role, lm)
         warnings_at = len(self.warnings)
-        recorded = self._replayed(role, inputs)
+        inputs_hash = self._inputs_hash(inputs)
+        recorded = self._replayed(role, inputs_hash)
         if recorded is not None:
             result = recorded
         else:
@@ -551,7 +552,7 @@ class Run:
             turn = {**inputs, **result}
             self._remember(role, turn)
         if recorded is None:
-            self._save(role, inputs, result, turn, warnings_at)
+            self._save(role, inputs_hash, result, turn, warnings_at)
         return result
 
     def call_now(self, role: str, predictor: Any, **inputs: Any) -> Any:
@@ -572,12 +573,13 @@ class Run:
             answer = yield from self._ask(role, target.for_contract(contract), asked)
             return person.phase_value(contract, dict(answer.items()), arguments)
         warnings_at = len(self.warnings)
-        recorded = self._replayed(role, arguments)
+        inputs_hash = self._inputs_hash(arguments)
+        recorded = self._replayed(role, inputs_hash)
         if recorded is not None:
             return recorded
         args = tuple(arguments[name] for name in contract.params)
         result = yield from self._call(role, target, args, {}, arguments, None, llm=False)
-        self._save(role, arguments, result, None, warnings_at)
+        self._save(role, inputs_hash, result, None, warnings_at)
         return result
 
     def credit(self, prediction: Any, **used: Any) -> None:
@@ -738,18 +740,23 @@ class Run:
         previous, self._shown_chars[role] = self._shown_chars.get(role, 0), shown
         self._context_now(self.context_chars - previous + shown)
 
-    def _replayed(self, role: str, inputs: dict[str, Any]) -> Any:
+    def _inputs_hash(self, inputs: dict[str, Any]) -> str | None:
+        """What a call's inputs are recorded and replayed by, taken once before the call (which may change
+        them); None when the run has no checkpoint."""
+        return None if self.replay is None else checkpoint.stable_hash(inputs)
+
+    def _replayed(self, role: str, inputs_hash: str | None) -> Any:
         """The recorded result of this call when the run is being replayed (its trace step, warnings, LM
         requests as `replayed`, tokens and cost restored, so the budget is the whole run's), else None."""
         if self.replay is None:
             return None
         self._check_limits()
-        found = self.replay.take(role, checkpoint.stable_hash(inputs), nested=self._depth > 0)
+        found = self.replay.take(role, inputs_hash, nested=self._depth > 0)
         if found is None:
             return None
         inner, call = found
         for record in (*inner, call):
-            result, step, warnings, turn = checkpoint.unpack(record)
+            result, step, warnings, turn = self.replay.unpacked(record)
             if record is not call and turn is not None:
                 self._remember(record.role, turn)
             self.warnings.extend(warnings)
@@ -768,9 +775,9 @@ class Run:
         role's history and recorded. `AwaitingInput`, with the question kept in the checkpoint, when nobody
         can answer."""
         warnings_at = len(self.warnings)
-        recorded = result = self._replayed(role, inputs)
+        inputs_hash = self._inputs_hash(inputs)
+        recorded = result = self._replayed(role, inputs_hash)
         if recorded is None:
-            inputs_hash = checkpoint.stable_hash(inputs)
             answered = None if self.replay is None else self.replay.answer_for(role, inputs_hash)
             try:
                 result = yield from self._call(role, asked, (asked.question(role, inputs, self.iteration), answered),
@@ -783,7 +790,7 @@ class Run:
         turn = {**inputs, **result}
         self._remember(role, turn)
         if recorded is None:
-            self._save(role, inputs, result, turn, warnings_at)
+            self._save(role, inputs_hash, result, turn, warnings_at)
             if self.replay is not None:
                 self.replay.settle()  # answered (here or from elsewhere): the question is the call's record now
         return result
@@ -808,14 +815,14 @@ class Run:
                       f"run_id={run_id!r} (the same command with --run-id {run_id}) goes on")
         return self.finish("awaiting_input")
 
-    def _save(self, role: str, inputs: dict[str, Any], result: Any, turn: dict[str, Any] | None,
+    def _save(self, role: str, inputs_hash: str | None, result: Any, turn: dict[str, Any] | None,
               warnings_at: int) -> None:
         """Record a finished call for replay, with the warnings it raised (less its nested calls')."""
         if self.replay is None:
             return
         raised = [index for index in range(warnings_at, len(self.warnings)) if index not in self._saved_warnings]
         self._saved_warnings.update(raised)
-        self.replay.save(role, checkpoint.stable_hash(inputs), self._depth > 0, result, self.trace[-1],
+        self.replay.save(role, inputs_hash, self._depth > 0, result, self.trace[-1],
                          [self.warnings[index] for index in raised], turn)
 
     def _call(self, role: str, target: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any],

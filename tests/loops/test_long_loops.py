@@ -12,7 +12,8 @@ from pathlib import Path
 import dspy
 import pytest
 
-from loops import Budget, ConfigurationError, CreatorCriticIterator
+import loops
+from loops import Budget, ConfigurationError, CreatorCriticIterator, checkpoint
 from loops.checkpoint import MemoryStore
 from loops.errors import ReplayDivergence
 from tests.scripted import calls, scripted_lm
@@ -131,6 +132,30 @@ def test_a_finished_run_replays_without_any_lm_call():
     assert steps(again) == steps(first)
     assert all(step.replayed for step in again.trace) and not any(step.replayed for step in first.trace)
     assert [(run.run_id, run.calls, run.stop_reason) for run in store.runs()] == [("r1", 6, "max_iterations")]
+
+
+def test_a_resumed_run_reads_each_record_once(monkeypatch):
+    store = MemoryStore()
+    with dspy.context(lm=scripted_lm(never_approving)):
+        CreatorCriticIterator(max_iterations=3, checkpoint=store)(requirements="a slogan", run_id="r1")
+    read, unpack = [], checkpoint.unpack
+    monkeypatch.setattr(checkpoint, "unpack", lambda call: read.append(call.seq) or unpack(call))
+    with dspy.context(lm=scripted_lm([])):
+        again = CreatorCriticIterator(max_iterations=3, checkpoint=store)(requirements="a slogan", run_id="r1")
+    assert (again.lm_calls, len(again.trace)) == (0, 6)
+    assert read == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_checkpointed_run_hashes_each_calls_inputs_once(monkeypatch):
+    hashed, stable_hash = [], checkpoint.stable_hash  # `hashed` keeps each value alive: no id is reused
+    monkeypatch.setattr(checkpoint, "stable_hash", lambda value: hashed.append(value) or stable_hash(value))
+    critic = loops.human(answer=lambda question: {"approved": False, "feedback": "more detail"})  # a person's call too
+    with dspy.context(lm=scripted_lm(never_approving)):
+        result = CreatorCriticIterator(max_iterations=2, critic=critic, checkpoint=MemoryStore())(
+            requirements="a slogan", run_id="r1")
+    assert [step.human for step in result.trace] == [False, True, False, True]
+    assert len(hashed) >= len(result.trace)
+    assert len({id(value) for value in hashed}) == len(hashed)
 
 
 def test_a_replay_that_diverges_stops_with_a_clear_error():

@@ -32,3 +32,12 @@ def test_saving_says_which_roles_name_no_lm_of_their_own(tmp_path, caplog):
     [record] = caplog.records
     assert record.getMessage().startswith(f"{tmp_path / 'program.json'}: the saved program names no LM for "
                                           "creator.predict, iterator: they run on the context's LM")
+
+
+def test_saving_builds_the_programs_state_once(tmp_path, monkeypatch):
+    built, dump_state = [], CreatorCriticIterator.dump_state
+    monkeypatch.setattr(CreatorCriticIterator, "dump_state",
+                        lambda self, *args, **kwargs: built.append(self) or dump_state(self, *args, **kwargs))
+    program = CreatorCriticIterator()
+    program.save(tmp_path / "program.json")
+    assert built == [program]
