@@ -339,10 +339,19 @@ def test_cli_an_address_where_no_cluster_answers_exits_2_at_once(lm_server, tmp_
 
 
 def run_cli(*args, **popen):
-    """`loops batch ...` as a user runs it: its own process, a DSPy cache of its own."""
+    """`loops batch ...` as a user runs it: its own process, a DSPy cache of its own, and Ctrl-C reaching it as
+    at a terminal. A shell starts a background job with SIGINT ignored (`make test &`), children inherit that,
+    and Python then leaves it ignored; a handled signal is reset to the default in the child, so the tests'
+    SIGINT ends the batch however the suite was started."""
     env = {**os.environ, "DSPY_CACHEDIR": popen.pop("cache"), "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "loops", "batch", "refine", *map(str, args)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    ours = signal.getsignal(signal.SIGINT)
+    if ours is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "loops", "batch", "refine", *map(str, args)], cwd=REPO,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    finally:
+        signal.signal(signal.SIGINT, ours)
 
 
 def lines_of(path):
