@@ -78,8 +78,10 @@ class _Margins:
 
         llama = embedded._shared_model()
         request, answer = self.last
-        formatter = Jinja2ChatFormatter(llama.metadata["tokenizer.chat_template"], eos_token="<|im_end|>",
-                                        bos_token="")
+        # The prompt as llama.cpp renders it for a chat completion: the model's own template and special tokens.
+        formatter = Jinja2ChatFormatter(llama.metadata["tokenizer.chat_template"],
+                                        eos_token=llama._model.token_get_text(llama.token_eos()),
+                                        bos_token=llama._model.token_get_text(llama.token_bos()))
         prompt = formatter(messages=embedded._llama_messages(request)).prompt
         ids = {word: [llama.tokenize(spelling.encode(), add_bos=False, special=True)[0]
                       for spelling in (word, " " + word)] for word in ("true", "false")}
@@ -91,10 +93,9 @@ class _Margins:
                     margins[field] = None
                     continue
                 tokens = llama.tokenize((prompt + answer[:found.end()]).encode(), add_bos=False, special=True)
-                # The model's context still holds the prompt and the answer: feed only what differs.
-                kept = 0
-                while kept < min(llama.n_tokens, len(tokens) - 1) and llama.input_ids[kept] == tokens[kept]:
-                    kept += 1
+                # The model's context still holds the prompt and the answer: feed only what differs (at least
+                # the last token, whose logits are read).
+                kept = llama.longest_token_prefix(llama.input_ids[:llama.n_tokens], tokens[:-1])
                 llama.n_tokens = kept
                 llama.eval(tokens[kept:])
                 logits = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(llama.n_vocab(),))

@@ -344,10 +344,10 @@ class _Worker:
     """A Ray actor: many examples at once on its event loop, each in its own workspace, with the program
     and the LM it built once.
 
-    The LM arrives as it is, every setting with it (its kwargs, its profile: adapter, history window), and so does
-    an adapter configured beside it (`dspy.configure(adapter=...)`), as the
-    program's own per-role LMs do: the embedded model's engine carries no weights (the actor's process loads
-    its own shared model on first use), so it needs no rebuilding, which would run another LM than asyncio's."""
+    The LM arrives as it is, every setting with it (its kwargs, its profile: adapter, history window), as the
+    program's own per-role LMs do, and so does an adapter configured beside it (`dspy.configure(adapter=...)`):
+    the embedded model's engine carries no weights (the actor's process loads its own shared model on first
+    use), so it needs no rebuilding, which would run another LM than asyncio's."""
 
     def __init__(self, shared: tuple[Any, Any, Any, Any]):
         self.program, self.lm, self.adapter, self.metric = shared
