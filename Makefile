@@ -1,12 +1,21 @@
 # Two commands do all set-up on a fresh machine (Python 3.11 with pip and venv):
 #   make demo   create .venv, install loops with the embedded model, run a Creator–Critic–Iterator loop
 #   make test   install the test tools too, lint, run the whole test suite, and execute every notebook
+# Both install exactly the versions in the lock (requirements.lock, requirements-local.lock: every direct and
+# transitive dependency, pinned with hashes for Python 3.11 on Linux x86-64), so a fresh clone runs what was tested.
+# Upgrading is deliberate, and neither target below is part of CI (docs/dependencies.md says when to run them):
+#   make lock          refresh both locks to the newest releases pyproject.toml's ranges allow (uv pip compile)
+#   make test-latest   run the suite against the newest releases, without the lock, and report what changed and broke
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+LOCK := requirements.lock
+LOCK_LOCAL := requirements-local.lock
 DEMO_REQUIREMENTS ?= Write a two-sentence product description for a reusable water bottle.
+EXTRAS := local,dev,server,optimize,ray,notebooks
+comma := ,
 
-.PHONY: demo test clean
+.PHONY: demo test lock test-latest clean
 
 demo: $(VENV)/.installed-local
 	@# Exit code 1 means the loop ran and stopped without approval (likely with a 135M model): still a good demo.
@@ -19,20 +28,47 @@ test: $(VENV)/.installed-dev
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # llama-cpp-python compiles from source the first time (about 8-12 minutes on 2 cores); pip caches the wheel.
 # PyPI has no portable CPU wheel of it, and no other wheel that serves as well (README.md, "Why compile").
 # A portable build (AVX2, not -march=native): a native build on a VM whose CPU reports AMX it cannot run
 # dies with SIGILL at the first generation, and a cached wheel may be reused on another machine.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
-$(VENV)/.installed-local: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[local]'
+# The lock's pinned, hash-checked packages first; then loops itself, editable, with nothing more (pip check
+# says whether the lock still satisfies pyproject.toml).
+define install_locked
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(1)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip check
+endef
+
+$(VENV)/.installed-local: pyproject.toml $(LOCK_LOCAL) | $(BIN)/python
+	$(call install_locked,$(LOCK_LOCAL))
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[local,dev,server,optimize,ray,notebooks]'
+$(VENV)/.installed-dev: pyproject.toml $(LOCK) | $(BIN)/python
+	$(call install_locked,$(LOCK))
 	touch $@ $(VENV)/.installed-local
 
+# The full lock is made first; the demo's lock takes its versions from it (-c), so the two never disagree.
+# LOCK_UPGRADE= (empty) keeps every pin that still fits and only resolves what changed in pyproject.toml.
+LOCK_UPGRADE ?= --upgrade
+UV_COMPILE = $(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes --python-version 3.11 \
+	--python-platform x86_64-manylinux_2_28 --no-header
+lock: $(VENV)/.installed-dev
+	$(UV_COMPILE) $(LOCK_UPGRADE) $(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra)) -o $(LOCK)
+	$(UV_COMPILE) --extra local -c $(LOCK) -o $(LOCK_LOCAL)
+	@echo "Locked: $$(grep -c '^[a-z0-9]' $(LOCK)) packages in $(LOCK), $$(grep -c '^[a-z0-9]' $(LOCK_LOCAL)) in $(LOCK_LOCAL). Run make test before committing them."
+
+# A throwaway environment with the newest releases pyproject.toml allows; the lock and .venv are left alone.
+LATEST := .venv-latest
+test-latest:
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
+	$(LATEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[$(EXTRAS)]'
+	$(LATEST)/bin/python .ci/lock_drift.py $(LOCK) --tests "$(LATEST)/bin/python -m pytest -q -p no:cacheprovider -rfE"
+
+
 clean:
-	rm -rf $(VENV) demo-trace.jsonl
+	rm -rf $(VENV) $(LATEST) demo-trace.jsonl

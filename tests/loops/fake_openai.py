@@ -16,10 +16,6 @@ from contextlib import contextmanager, suppress
 
 import pytest
 
-# pydantic warns about a TypedDict of LiteLLM's while a request is built; as an error (pytest's setting)
-# it would turn every request into a connection error.
-hosted = pytest.mark.filterwarnings("ignore:Item 'summary' on TypedDict class")
-
 _ERRORS = {401: ("Incorrect API key provided", "invalid_request_error"), 503: ("overloaded", "server_error")}
 
 

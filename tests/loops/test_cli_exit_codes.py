@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import loops
 import loops.lm
 from loops.cli import app
-from tests.loops.fake_openai import fake_openai, hosted
+from tests.loops.fake_openai import fake_openai
 from tests.scripted import calls, scripted_lm
 
 GOOD = "def add(a, b):\n    return a + b\n"
@@ -200,7 +200,6 @@ def test_direct_exits_0_when_the_evaluator_passes_it(scripted):
 
 
 
-@hosted
 def test_a_hosted_model_that_never_answers_in_shape_exits_3(monkeypatch):
     with fake_openai(monkeypatch) as server:
         server.content = "I will not answer in your format."
@@ -214,7 +213,6 @@ def test_a_hosted_model_that_never_answers_in_shape_exits_3(monkeypatch):
     assert server.requests == 4
 
 
-@hosted
 def test_a_rejected_api_key_exits_2_with_one_line(monkeypatch):
     with fake_openai(monkeypatch) as server:
         server.status = 401

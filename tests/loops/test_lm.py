@@ -24,7 +24,7 @@ from dspy.utils import exceptions as dspy_errors
 
 from loops.errors import ConfigurationError, MissingDependencyError
 from loops.lm import MODEL, AsyncLlamaEngine, LlamaEngine, local_lm, model_path, resolve
-from tests.loops.fake_openai import fake_openai, hosted
+from tests.loops.fake_openai import fake_openai
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 
@@ -215,7 +215,6 @@ def test_a_provider_declared_to_dspy_is_accepted_without_litellm_knowing_it():
         unregister_provider("loops-test-provider")
 
 
-@hosted
 def test_a_resolved_model_makes_one_request_per_call_however_it_fails(monkeypatch):
     with fake_openai(monkeypatch) as server:
         server.status = 503  # transient: DSPy's default num_retries=3 would make 4 requests, with backoff

@@ -29,7 +29,7 @@ from loops.lm import MODEL, REMOTE_MAX_TOKENS, ServerEngine, ServerLM, resolve
 from loops.profile import adapter_for
 from loops.runtime import is_transient, setup_error
 from loops.saving import lm_reference
-from tests.loops.fake_openai import LLAMA_CPP_REFUSAL, answer_content, hosted
+from tests.loops.fake_openai import LLAMA_CPP_REFUSAL, answer_content
 from tests.scripted import scripted_lm
 
 
@@ -261,7 +261,6 @@ def test_cli_help_shows_the_model_options():
 # --- what reaches an OpenAI-compatible server ----------------------------------------------------
 
 
-@hosted
 @pytest.mark.parametrize("asynchronous", [False, True])
 @pytest.mark.parametrize("adapter", ["json", "compact"])
 async def test_requests_carry_max_tokens_temperature_and_the_output_schema(server, asynchronous, adapter):
@@ -278,7 +277,6 @@ async def test_requests_carry_max_tokens_temperature_and_the_output_schema(serve
     assert set(schema["properties"]) == {"answer", "is_city"} and schema["properties"]["is_city"]["type"] == "boolean"
 
 
-@hosted
 def test_the_default_request_is_capped_and_carries_only_the_named_key(server, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-meant-for-openai-only")
     resolve("openai/smollm2", api_base=server.base_url)("Hi")
@@ -292,7 +290,6 @@ def test_the_default_request_is_capped_and_carries_only_the_named_key(server, mo
     assert server.headers[1]["Authorization"] == "Bearer sk-for-this-server"
 
 
-@hosted
 def test_a_server_that_refuses_json_schema_gets_the_schema_as_json_object_from_then_on(server, caplog):
     server.refuse = frozenset({"json_schema"})  # llama-cpp-python's server
     lm = resolve("openai/smollm2", api_base=server.base_url, adapter="json")
@@ -306,7 +303,6 @@ def test_a_server_that_refuses_json_schema_gets_the_schema_as_json_object_from_t
     assert caplog.records == [], "the answer is still held to the schema: nothing to warn about"
 
 
-@hosted
 def test_a_server_that_takes_no_schema_is_asked_without_one_and_the_run_says_so_once(server):
     server.refuse = frozenset({"json_schema", "json_object"})
     lm = resolve("openai/smollm2", api_base=server.base_url, adapter="compact")
@@ -320,7 +316,6 @@ def test_a_server_that_takes_no_schema_is_asked_without_one_and_the_run_says_so_
                     "answers are parsed unconstrained (a small model then often answers out of shape)"]
 
 
-@hosted
 def test_a_failure_that_is_no_refusal_of_the_format_is_raised_after_one_request(server):
     server.failure = "the server is overloaded"
     lm = resolve("openai/smollm2", api_base=server.base_url, adapter="json")
@@ -331,7 +326,6 @@ def test_a_failure_that_is_no_refusal_of_the_format_is_raised_after_one_request(
     assert server.formats == ["json_schema"], "the loop's RetryPolicy decides about retries, not the LM"
 
 
-@hosted
 def test_cli_adapter_json_makes_every_role_send_the_schema(server, monkeypatch, tmp_path):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-meant-for-openai-only")
     outcome = CliRunner().invoke(app, ["refine", "A haiku about rain", "--model", "openai/smollm2", "--api-base",
@@ -351,7 +345,6 @@ def test_cli_adapter_json_makes_every_role_send_the_schema(server, monkeypatch, 
 LM_ERRORS = dspy.utils.exceptions
 
 
-@hosted
 def test_a_batch_of_loops_shares_one_session_which_closes_with_its_event_loop(server, tmp_path):
     lm = resolve("openai/smollm2", api_base=server.base_url, adapter="json").copy(cache=False)
     notes = [{"id": n, "requirements": f"note {n}"} for n in range(12)]
@@ -365,7 +358,6 @@ def test_a_batch_of_loops_shares_one_session_which_closes_with_its_event_loop(se
     assert all(record["lm_calls"] == 2 and record["tokens"] == 20 for record in records)
 
 
-@hosted
 @pytest.mark.parametrize("asynchronous", [False, True])
 @pytest.mark.parametrize(("status", "raised", "transient", "mistake"), [
     (500, LM_ERRORS.LMServerError, True, False),
