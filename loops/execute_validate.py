@@ -35,7 +35,7 @@ from loops.module import LoopModule
 from loops.runtime import RoleCalls, Run, predictor_of
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
-from loops.validators import ShellValidator, Workspace, workspace_path
+from loops.validators import ShellValidator, Workspace, missing_tests, ran_no_tests, workspace_path
 
 __all__ = ["DEFAULT_TARGET_FILE", "ExecuteValidateController"]
 
@@ -308,6 +308,10 @@ class ExecuteValidateController(LoopModule):
         workspace.write(request.workspace_files)
         target = request.target_file or self.target_file or self.target_for(workspace.path, test_command)
         workspace.resolve(target)  # the tests' module, as any target, stays inside the workspace
+        unfound = None if self.validator is not None else missing_tests(test_command, workspace.path, [target])
+        if unfound:
+            raise ConfigurationError(f"the test command {test_command!r} would run no tests: {unfound}; fix the "
+                                     "test command's files or the workspace (a test command must find tests)")
         request = request.model_copy(update={"target_file": target})
         interface = read_interface(workspace.path, test_command, target)
         if not interface:
@@ -404,6 +408,10 @@ class ExecuteValidateController(LoopModule):
         def validator(test_command: str, iteration: int) -> ValidationResult:
             left = run.time_left()
             result = shell.run(test_command, timeout_s=None if left is None else max(left, 0.1))
+            unfound = ran_no_tests(result)
+            if unfound:  # no attempt can pass a test command that finds no tests: the command or the workspace is wrong
+                raise ConfigurationError(f"the test command {test_command!r} ran no tests in {str(workspace.path)!r}: "
+                                         f"{unfound}; fix the test command's files or options, or the workspace")
             if result.escaped:
                 run.warn(f"iteration {iteration}: the test command started processes that left its process group; "
                          f"they were killed when it ended: {'; '.join(result.escaped)}")

@@ -91,6 +91,39 @@ def test_an_unknown_model_exits_2_before_any_lm_call():
                           "use 'local' (the embedded model) or a LiteLLM model string such as 'openai/gpt-4o-mini'")
 
 
+PYTEST = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+
+
+@pytest.mark.parametrize(("test_command", "workspace", "parts"), [
+    (f"{PYTEST} test_nope.py", "ws", ["would run no tests: it names 'test_nope.py', which is not in",
+                                      "(pytest: file or directory not found)"]),
+    (PYTEST, "nonexistent/dir", ["would run no tests: the workspace", "nonexistent/dir' holds no files",
+                                 "(pytest: no tests ran)"]),
+])
+def test_a_test_command_that_finds_no_tests_exits_2_before_any_lm_call(scripted, tmp_path, test_command, workspace,
+                                                                       parts):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "test_add.py").write_text("from solution import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n")
+
+    outcome = invoke("fix", "Write add", "-t", test_command, "--workspace", str(tmp_path / workspace))
+
+    assert_one_line_error(outcome, *parts)
+    assert sum(calls(lm) for lm in scripted.lms) == 0
+
+
+def test_a_test_command_that_ran_no_tests_stops_the_run_with_exit_2(scripted, tmp_path):
+    # A test file with no test in it: only running pytest tells.
+    (tmp_path / "test_add.py").write_text("from solution import add\n")
+    scripted.script = [GOOD]
+
+    outcome = invoke("fix", "Write add", "-t", PYTEST, "--workspace", str(tmp_path), "--samples", "1")
+
+    assert_one_line_error(outcome, "ran no tests in", "pytest collected no tests (no tests ran, exit code 5)",
+                          "fix the test command's files or options, or the workspace")
+    assert sum(calls(lm) for lm in scripted.lms) == 1
+    assert "tests still fail" not in outcome.output
+
+
 def test_a_configuration_error_found_when_the_run_starts_exits_2(scripted, tmp_path):
     outcome = invoke("fix", "x", "-t", CHECK_ADD, "--workspace", str(tmp_path), "--target-file", "../outside.py")
 

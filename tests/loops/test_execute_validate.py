@@ -396,6 +396,9 @@ async def test_async_phases_are_awaited_by_aforward():
     ({}, {"test_command": 123}, ConfigurationError, "the test command must be a string, got 123 (int)"),
     ({}, {"test_command": "no-such-executable-xyz --run"}, CommandNotFoundError,
      "executable 'no-such-executable-xyz' not found on PATH"),
+    ({}, {"test_command": f"{PYTEST} test_nope.py"}, ConfigurationError,
+     "would run no tests: it names 'test_nope.py', which is not in"),
+    ({}, {"test_command": PYTEST}, ConfigurationError, "would run no tests: the workspace"),
 ])
 def test_a_developers_mistake_raises_before_any_lm_call(tmp_path, options, inputs, error, message):
     module, lms = loop_with([wrote(GOOD)], [analysed()], **options)
