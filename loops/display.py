@@ -65,7 +65,14 @@ def step_judgement(step: Any) -> tuple[str, float] | None:
 
 
 def step_outcome(step: Any) -> str:
-    """A few words on what the step came to: an error, a verdict, a test run, a decision, or "ok"."""
+    """A few words on what the step came to: an error, a verdict, a test run, a decision, or "ok"; then what the
+    loop made of it, when it noted something (a verdict it overruled, code it did not test again)."""
+    outcome = _outcome(step)
+    note = getattr(step, "note", None)
+    return f"{outcome}; {note}" if note else outcome
+
+
+def _outcome(step: Any) -> str:
     if step.error:
         return f"error: {_cut(step.error, 60)}"
     outputs = step.outputs or {}
@@ -216,7 +223,7 @@ def _trace_table(trace: Iterable[Any]) -> str:
         tokens = f"{step.tokens['input']}/{step.tokens['output']}" if step.tokens else "-"
         note = f" <i>({_escape(_cut(step.note, 80))})</i>" if step.note else ""
         rows.append(f"<tr><td>{_escape(step_role(step))}</td><td>{step.iteration}</td><td>{step.seconds:.1f}</td>"
-                    f"<td>{tokens}</td><td>{step.attempts}</td><td>{_escape(step_outcome(step))}{note}</td></tr>")
+                    f"<td>{tokens}</td><td>{step.attempts}</td><td>{_escape(_outcome(step))}{note}</td></tr>")
     return f"<table><tr>{header}</tr>{''.join(rows)}</table>"
 
 

@@ -151,9 +151,12 @@ class Step:
     """One role call of a run, as it appears in `prediction.trace` (and reaches observers and `--trace`).
 
     `lm_calls` are the LM requests the call sent, `cached` the LM calls DSPy's cache answered instead,
-    `tokens` and `cost_usd` what its requests used; `replayed` marks a step answered from a checkpoint's
-    record, whose counts are those of the process that recorded it; `human` a person's answer
-    (`loops.person`), whose `seconds` are the person's."""
+    `tokens` and `cost_usd` what its requests used (those of the calls made within it included); `note` what
+    the loop made of it (a verdict it did not take at its word, code it did not test again); `replayed`
+    marks a step answered from a checkpoint's record, whose counts are those of the process that recorded
+    it; `human` a person's answer (`loops.person`), whose `seconds` are the person's; `depth` how many calls
+    it ran within (0 for a call of the pattern; 1 for a role call a phase made, such as a DSL atom called
+    in a loop's phase, or a call of a loop form's run within its program)."""
 
     role: str
     iteration: int
@@ -169,6 +172,7 @@ class Step:
     cost_usd: float | None = None
     replayed: bool = False
     human: bool = False
+    depth: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (values JSON cannot hold are rendered as text)."""
@@ -452,7 +456,7 @@ class _Tally:
         cost = None if run.usage.cost_usd is None else run.usage.cost_usd - (self.cost_before or 0.0)
         return Step(self.role, run.iteration, self.inputs, outputs, run.clock() - self.started, self.attempts,
                     self.requests(), _tokens(entries) if entries else None, error,
-                    cached=run.cached - self.cached_before, cost_usd=cost)
+                    cached=run.cached - self.cached_before, cost_usd=cost, depth=run._base_depth + run._depth)
 
     def fail(self, error: str) -> None:
         """Record the call as a failed step."""
@@ -504,6 +508,11 @@ class Run:
         self._predictions: list[Any] = []  # what this run's LLM role calls returned, for `demos.curate_trace`
         self._credited: list[Any] = []
         self._gated: set[str] = set()  # LM calls the run counted when they started (`lm_call_started`)
+        self._unpublished: Step | None = None  # the last step, until the pattern moves on from it (`publish`)
+        # The calls this run runs within: those in flight in the run it runs within, and that run's own depth.
+        self._base_depth = (self.parent._base_depth + self.parent._depth) if isinstance(self.parent, Run) else 0
+        if isinstance(self.parent, Run):
+            self.parent.publish()  # its last step comes before this run's first
 
     # What patterns call -------------------------------------------------------------------------
 
@@ -614,9 +623,22 @@ class Run:
         self.warnings.append(message)
 
     def note(self, message: str) -> None:
-        """Annotate the last step of the trace (e.g. a verdict the loop did not take at its word)."""
+        """Annotate the last step of the trace (e.g. a verdict the loop did not take at its word); observers
+        and `--trace` see it on the step (`publish`)."""
         step = self.trace[-1]
         step.note = message if step.note is None else f"{step.note}; {message}"
+
+    def publish(self) -> None:
+        """Tell the observers of the last step recorded, if they have not heard of it. A step is published once
+        the pattern has moved on from it (its next call, or the run's end), so that what the pattern makes of
+        it (`note`) is on it when observers and `--trace` see it."""
+        step, self._unpublished = self._unpublished, None
+        if step is None:
+            return
+        for observer in self._observers:
+            handler = getattr(observer, "step_finished", None)
+            if handler is not None:
+                handler(step)
 
     def time_left(self) -> float | None:
         """Seconds until the run's timeout, None without one."""
@@ -626,6 +648,7 @@ class Run:
 
     def finish(self, stop_reason: StopReason, **result: Any) -> LoopResult:
         """The run's prediction: `result` over the fields set by `set_latest` over the best candidate."""
+        self.publish()
         measured = {
             "iterations": self.iteration,
             "stop_reason": stop_reason,
@@ -694,6 +717,8 @@ class Run:
             self.error = failure
             self.warn(f"stopped by an error: {_describe(failure)}")
             prediction = self.finish("error")
+        finally:
+            self.publish()  # a run that raised (a developer's mistake) still shows its last step
         if self.replay is not None:
             unrecorded = self.replay.finish(prediction.stop_reason)
             if unrecorded:
@@ -766,6 +791,7 @@ class Run:
                 if self.usage.cost_usd is not None and step.cost_usd is not None:
                     self.usage.cost_usd += step.cost_usd
             step.replayed = True
+            step.depth = self._base_depth + self._depth + (record is not call)
             self._record(step)
         return result
 
@@ -833,6 +859,7 @@ class Run:
 
         Every LM request is counted where it passes the run's gate (`before_request`): first tries, retries,
         re-asks, JSON fallbacks and engines' re-sends alike, failed and abandoned ones included."""
+        self.publish()
         self._check_limits()
         self._notify("role_started", role, self.iteration)
         tally = _Tally(self, role, inputs)
@@ -945,11 +972,10 @@ class Run:
                       f"{self.context_chars / limit:.0%} of max_context_chars={limit}")
 
     def _record(self, step: Step) -> None:
+        """Add a finished call to the trace; observers hear of it once the pattern moves on (`publish`)."""
+        self.publish()
         self.trace.append(step)
-        for observer in self._observers:
-            handler = getattr(observer, "step_finished", None)
-            if handler is not None:
-                handler(step)
+        self._unpublished = step
 
     def _notify(self, event: str, *args: Any) -> None:
         for observer in self._observers:

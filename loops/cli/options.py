@@ -14,6 +14,7 @@ import functools
 import importlib
 import inspect
 import math
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
            "EXIT_USAGE", "KINDS", "AdapterName", "HumanOption", "ModelChoice", "Policy", "RunOptions", "ShellGrant",
-           "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program", "name_value_pairs", "people",
-           "with_options"]
+           "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program", "name_value_pairs",
+           "new_run_id", "people", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
@@ -58,6 +59,12 @@ def exit_code(stop_reason: str, success: bool) -> int:
     if stop_reason == "awaiting_input":
         return EXIT_AWAITING_INPUT
     return EXIT_SUCCESS if success else EXIT_NO_SUCCESS
+
+
+def new_run_id() -> str:
+    """The name of a run the command was not given one for (`--run-id`): the time it started, and a few random
+    characters so that two runs started in the same second differ."""
+    return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 @contextmanager
@@ -165,7 +172,7 @@ class RunOptions:
             raise ConfigurationError("--run-id needs --checkpoint FILE, the file the run is recorded in")
         if self.checkpoint is None:
             return {}
-        return {"checkpoint": str(self.checkpoint), "run_id": self.run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}"}
+        return {"checkpoint": str(self.checkpoint), "run_id": self.run_id or new_run_id()}
 
     def call_options(self) -> dict[str, Any]:
         """The per-call options of a loop module: its limits, and where the run is recorded."""

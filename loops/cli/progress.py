@@ -3,6 +3,7 @@ file, and the final report with its exit code."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from contextlib import ExitStack
@@ -18,7 +19,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from loops.cli.options import ModelChoice, console, exit_code
+from loops.cli.options import ModelChoice, console, exit_code, new_run_id
 from loops.context import observing
 from loops.errors import ConfigurationError
 
@@ -28,16 +29,45 @@ if TYPE_CHECKING:
     from loops.person import Question
     from loops.runtime import Step
 
-__all__ = ["LiveProgress", "finish_report", "open_trace", "report", "run_with_progress", "show_question"]
+__all__ = ["LiveProgress", "TraceFile", "finish_report", "open_trace", "report", "run_with_progress", "show_question"]
+
+
+class TraceFile:
+    """The `--trace` file: one JSON line per finished role call (`"record": "step"`, the step's fields,
+    `Step.to_dict`), then one that sums the run up (`"record": "summary"`: its stop reason, success, iterations,
+    LM calls, tokens, cost, warnings and wall time), each with the run's id and the time it was written (UTC,
+    ISO 8601). Runs are appended, so one file can hold many; their `run_id` tells them apart."""
+
+    def __init__(self, file: IO[str], run_id: str):
+        self.file = file
+        self.run_id = run_id
+
+    def step(self, step: Step) -> None:
+        self._write("step", step.to_dict())
+
+    def summary(self, result: dspy.Prediction, seconds: float) -> None:
+        self._write("summary", {
+            "stop_reason": result.stop_reason, "success": bool(result.success), "iterations": result.iterations,
+            "lm_calls": result.lm_calls, "replayed": result.get("replayed"), "cached": result.get("cached"),
+            "tokens": result.get("tokens"), "cost_usd": result.get("cost_usd"), "warnings": list(result.warnings),
+            "seconds": round(seconds, 3)})
+
+    def _write(self, record: str, fields: dict[str, Any]) -> None:
+        written = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+        self.file.write(json.dumps({"record": record, "run_id": self.run_id, "time": written, **fields},
+                                   default=str) + "\n")
+        self.file.flush()
 
 
 class LiveProgress:
     """An observer that draws finished role calls as a table and the running one with a spinner."""
 
-    def __init__(self, trace_file: IO[str] | None = None):
+    def __init__(self, trace_file: TraceFile | None = None):
         self.table = self._new_table("role calls")
         self.running: tuple[str, int, float] | None = None
         self.trace_file = trace_file
+        # Tokens of the calls shown so far that ran within a call not shown yet, by their depth (`Step.depth`).
+        self._within: dict[int, tuple[int, int]] = {}
         self.live = Live(self, console=console, refresh_per_second=8, transient=False)
 
     def __rich__(self) -> Group:
@@ -73,18 +103,28 @@ class LiveProgress:
 
     def step_finished(self, step: Step) -> None:
         self.running = None
-        tokens = f"{step.tokens['input']}/{step.tokens['output']}" if step.tokens else "-"
-        self.table.add_row(_role(step), str(step.iteration), f"{step.seconds:.1f}", tokens, str(step.attempts),
-                           _outcome(step))
+        self.table.add_row(_role(step), str(step.iteration), f"{step.seconds:.1f}", self._own_tokens(step),
+                           str(step.attempts), _outcome(step))
         if self.trace_file is not None:
-            self.trace_file.write(json.dumps(step.to_dict()) + "\n")
-            self.trace_file.flush()
+            self.trace_file.step(step)
+
+
+    def _own_tokens(self, step: Step) -> str:
+        """The tokens of the requests the step sent itself: a call made within it (a DSL atom in a loop's phase,
+        a loop form within its program) has its own row above it, indented, and each request shows once."""
+        inclusive = (step.tokens["input"], step.tokens["output"]) if step.tokens else (0, 0)
+        nested = self._within.pop(step.depth + 1, (0, 0))
+        if step.depth:
+            above = self._within.get(step.depth, (0, 0))
+            self._within[step.depth] = (above[0] + inclusive[0], above[1] + inclusive[1])
+        own = (max(0, inclusive[0] - nested[0]), max(0, inclusive[1] - nested[1]))
+        return f"{own[0]}/{own[1]}" if any(own) else "-"
 
 
 def _role(step: Step) -> str:
     from loops.display import step_role
 
-    return escape(step_role(step))
+    return "  " * step.depth + escape(step_role(step))
 
 
 def _outcome(step: Step) -> str:
@@ -98,7 +138,8 @@ def _outcome(step: Step) -> str:
 def run_with_progress(module: dspy.Module, model: dspy.BaseLM | ModelChoice, trace: Path | None,
                       **inputs: Any) -> tuple[dspy.Prediction, float]:
     """Run `module` on `inputs` with the live display; returns its prediction and the wall time. The
-    command's LM (`model`) is closed at the end.
+    command's LM (`model`) is closed at the end. `trace` gets the run's steps and its summary (`TraceFile`),
+    under the run id of `inputs` (a checkpointed run's), else a new one.
 
     A wrong `--model` (or option of it) or an unwritable `--trace` raises `ConfigurationError` before
     any LM call.
@@ -111,7 +152,8 @@ def run_with_progress(module: dspy.Module, model: dspy.BaseLM | ModelChoice, tra
     lm = model.resolve() if isinstance(model, ModelChoice) else model
     with ExitStack() as stack:
         stack.callback(lm.close)  # a command's LM: its connections end with its run
-        trace_file = stack.enter_context(open_trace(trace)) if trace else None
+        trace_file = TraceFile(stack.enter_context(open_trace(trace)), inputs.get("run_id") or new_run_id()) \
+            if trace else None
         progress = LiveProgress(trace_file)
         stack.enter_context(dspy.context(lm=lm))  # the LM brings the adapter it needs (its profile)
         stack.enter_context(observing(progress))
@@ -127,12 +169,16 @@ def run_with_progress(module: dspy.Module, model: dspy.BaseLM | ModelChoice, tra
         finally:
             if progress.table.row_count:
                 console.print()
-    return result, time.monotonic() - started
+        seconds = time.monotonic() - started
+        if trace_file is not None:
+            trace_file.summary(result, seconds)
+    return result, seconds
 
 
 def open_trace(trace: Path) -> IO[str]:
+    """The `--trace` file, opened to append (`TraceFile` writes it); one that cannot be written is a usage error."""
     try:
-        return trace.open("w", encoding="utf-8")
+        return trace.open("a", encoding="utf-8")
     except OSError as exc:
         raise ConfigurationError(
             f"--trace {str(trace)!r} cannot be written ({exc.strerror or exc}); give a path in a writable directory"
