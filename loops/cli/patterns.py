@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -94,7 +94,22 @@ def fix(
                                         test_command=test_command, **run.call_options())
     if workspace is not None:
         console.print(f"files written to {workspace}")
-    report(result, seconds, "tests pass" if result.success else "tests still fail")
+    report(result, seconds, _tests_title(result), passed="the tests pass")
+
+
+def _tests_title(result: Any) -> str:
+    """The verdict on the code kept, with how many tests passed when the test run counted them (pytest's)."""
+    from loops.signatures.results import ValidationResult
+    from loops.validators import parse_pytest_counts
+
+    verdict = "tests pass" if result.success else "tests still fail"
+    validation = (result.best_attempt or {}).get("validation") if isinstance(result.best_attempt, dict) else None
+    if not isinstance(validation, ValidationResult):
+        return verdict
+    passed, failed = (validation.passed, validation.failed) if validation.passed is not None else (
+        parse_pytest_counts(validation.stdout))
+    return f"{verdict}: {passed} passed, {failed} failed" if passed is not None else (
+        f"{verdict} (exit {validation.exit_code})")
 
 
 @with_options
@@ -110,4 +125,4 @@ def direct(
     """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it."""
     module = load_program("direct", program, max_iterations=max_iterations, **people("direct", human))
     result, seconds = run_with_progress(module, choice, run.trace, initial_input=goal, **run.call_options())
-    report(result, seconds, "passed" if result.success else "not passed")
+    report(result, seconds, "passed" if result.success else "not passed", passed="the evaluator passed")

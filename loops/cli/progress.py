@@ -185,15 +185,19 @@ def open_trace(trace: Path) -> IO[str]:
         ) from exc
 
 
-def report(result: dspy.Prediction, seconds: float, title: str) -> None:
+def report(result: dspy.Prediction, seconds: float, title: str, passed: str = "") -> None:
     """Print the outcome, and the question of a run that waits for a person, and exit with its code (0
-    success, 1 no success, 3 the run failed, 4 it waits for a person's answer)."""
+    success, 1 no success, 3 the run failed, 4 it waits for a person's answer). `passed` says why a loop
+    that stopped with success stopped ("the tests pass"): the stop reason `stopped` alone does not."""
     from loops.display import lm_calls_text
 
     final = result.final
     console.print(Panel(str(getattr(final, "content", final) or ""), title=title, expand=False))
     cost = "" if result.cost_usd is None else f"   cost: ${result.cost_usd:.4f}"
-    console.print(f"stop reason: [bold]{result.stop_reason}[/bold]   iterations: {result.iterations}   "
+    reason = result.stop_reason
+    if reason == "stopped":
+        reason += f" ({passed if result.success and passed else 'the controller stopped'})"
+    console.print(f"stop reason: [bold]{reason}[/bold]   iterations: {result.iterations}   "
                   f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}{cost}   wall time: {seconds:.1f}s")
     finish_report(result)
 

@@ -183,6 +183,22 @@ def test_fix_writes_the_module_the_tests_import_and_says_so_first(scripted, tmp_
     assert not (tmp_path / "solution.py").exists()
 
 
+@pytest.mark.parametrize(("code", "exit_code", "title", "reason"), [
+    ("def add(a, b):\n    return a + b\n", 0, "tests pass: 2 passed, 0 failed", "stopped (the tests pass)"),
+    ("def add(a, b):\n    return a * b\n", 1, "tests still fail: 1 passed, 1 failed", "max_iterations"),
+])
+def test_fix_says_how_many_tests_passed_and_why_it_stopped(scripted, tmp_path, code, exit_code, title, reason):
+    (tmp_path / "test_add.py").write_text("from add import add\n\n\ndef test_one():\n    assert add(2, 2) == 4\n\n\n"
+                                          "def test_two():\n    assert add(2, 3) == 5\n")
+    scripted.script = [code]
+
+    outcome = invoke("fix", "Write add(a, b).", "-t", PYTEST, "--workspace", str(tmp_path), "--samples", "1",
+                     "--max-iterations", "1")
+
+    assert outcome.exit_code == exit_code, outcome.output
+    assert title in outcome.stdout and f"stop reason: {reason}" in outcome.stdout
+
+
 def test_fix_exits_1_when_the_tests_still_fail(scripted, tmp_path):
     scripted.script = [BAD]
 
@@ -227,6 +243,7 @@ def test_direct_exits_0_when_the_evaluator_passes_it(scripted):
 
     assert outcome.exit_code == 0, outcome.output
     assert "passed" in outcome.stdout and "not passed" not in outcome.stdout
+    assert "stop reason: stopped (the evaluator passed)" in outcome.stdout
 
 
 # --- a hosted model behind a loopback fake of the OpenAI API -------------------------------------
