@@ -288,6 +288,16 @@ def test_help_into_a_pipe_is_plain_text_at_a_width_it_can_hold(columns, width):
 
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert lines[0].endswith("loops fix [OPTIONS] {task}") and "╭" not in shown.stdout
+    assert lines[0].endswith("loops fix [OPTIONS] TASK") and "╭" not in shown.stdout
     assert max(map(len, lines)) <= width
     assert any(line.strip().startswith("--target-file <str>") for line in lines)
+
+
+@pytest.mark.parametrize(("command", "usage"), [
+    (["refine"], "refine [OPTIONS] REQUIREMENTS\n"),
+    (["fix"], "fix [OPTIONS] TASK\n"),
+    (["runs", "show"], "runs show [OPTIONS] CHECKPOINT RUN_ID\n"),
+])
+def test_a_usage_line_names_the_arguments_as_the_help_does(command, usage):
+    # Not typer's {requirements}, which reads as a placeholder to type as it is.
+    assert invoke(*command, "--help").output.startswith(f"Usage: root {usage}")
