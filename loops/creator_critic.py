@@ -51,7 +51,8 @@ class CreatorCriticIterator(LoopModule):
     `plain_text=True` has the built-in creator and iterator answer with the text itself (no JSON, no
     reasoning), at most `loops.prose` defaults' `max_tokens`; `examples=True` shows the creator worked
     examples (`loops.prose.WORKED_DRAFTS`; an optimized creator's own demos instead). Left unset, both
-    follow the creator's model (`loops.prose.prose_defaults`): on for the embedded model, off otherwise.
+    follow the creator's model (`loops.prose.prose_defaults`): on for a small model (the embedded one, or
+    any whose profile is small, `loops.profile`), off otherwise.
     """
 
     contracts = CREATOR_CRITIC

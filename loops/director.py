@@ -57,7 +57,8 @@ class DirectorExecutorEvaluatorController(LoopModule):
     result fails without asking the LLM. `plain_text=True` has the built-in executor answer with the
     result itself (no JSON), at most `loops.prose` defaults' `max_tokens`; `examples=True` shows it
     worked examples (`loops.prose.WORKED_DRAFTS`; an optimized executor's own demos instead). Left
-    unset, both follow the executor's model (`loops.prose.prose_defaults`): on for the embedded model.
+    unset, both follow the executor's model (`loops.prose.prose_defaults`): on for a small model (the
+    embedded one, or any whose profile is small, `loops.profile`).
 
     `final` is the controller's stop value, or the last execution result; `success` whether the last
     evaluation passed; `best_attempt` the iteration, plan, result and feedback of the best one.

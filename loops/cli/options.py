@@ -25,16 +25,16 @@ from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 import typer
 from rich.console import Console
 
-from loops.choices import ADAPTER_NAMES, POLICIES
+from loops.choices import ADAPTER_NAMES, POLICIES, PROFILE_NAMES
 from loops.errors import ConfigurationError
 
 if TYPE_CHECKING:
     import dspy
 
 __all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
-           "EXIT_USAGE", "KINDS", "AdapterName", "HumanOption", "ModelChoice", "Policy", "RunOptions", "ShellGrant",
-           "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program", "name_value_pairs",
-           "new_run_id", "people", "with_options"]
+           "EXIT_USAGE", "KINDS", "AdapterName", "HumanOption", "ModelChoice", "Policy", "ProfileName", "RunOptions",
+           "ShellGrant", "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program",
+           "name_value_pairs", "new_run_id", "people", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
@@ -43,6 +43,7 @@ console = Console()
 
 Policy = enum.StrEnum("Policy", {name: name for name in POLICIES})
 AdapterName = enum.StrEnum("AdapterName", {name: name for name in ADAPTER_NAMES})
+ProfileName = enum.StrEnum("ProfileName", {name: name for name in PROFILE_NAMES})
 
 # The programs a command runs by name, as module:class (imported when a command runs, not for --help); any
 # other is a DSL program, FILE.sexp.
@@ -132,6 +133,10 @@ class ModelChoice:
         "models]")] = None
     temperature: Annotated[float | None, typer.Option(
         "--temperature", help="Sampling temperature, 0 to 2 [default: 0 for 'local', else the model's own]")] = None
+    profile: Annotated[ProfileName | None, typer.Option(
+        "--profile", help="What the model is, over what its name says: 'small' (its writing roles answer in plain "
+        "text with worked examples, fix draws several candidates, roles see their last few turns) or 'capable' "
+        "[default: small for 'local', a SmolLM or a model of at most 1B parameters by its name; else capable]")] = None
     adapter: Annotated[AdapterName | None, typer.Option(
         "--adapter", help="How roles ask for structured answers: 'chat' (DSPy's field markers), 'json' (a JSON "
         "object; the output schema goes to the server), 'compact' (JSON without a template of placeholders) "
@@ -142,8 +147,9 @@ class ModelChoice:
 
         options = {name: getattr(self, name) for name in ("api_base", "api_key_env", "max_tokens", "temperature")
                    if getattr(self, name) is not None}
-        if self.adapter is not None:
-            options["adapter"] = self.adapter.value
+        for name in ("adapter", "profile"):
+            if getattr(self, name) is not None:
+                options[name] = getattr(self, name).value
         return resolve(self.model, **options)
 
 

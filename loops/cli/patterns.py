@@ -12,6 +12,12 @@ from loops.cli.progress import report, run_with_progress
 
 __all__ = ["direct", "fix", "refine"]
 
+PlainTextOption = Annotated[bool | None, typer.Option("--plain-text/--no-plain-text", help=(
+    "The writing roles answer with the text itself, at most 160 tokens (a small model's way), or inside a JSON "
+    "object beside their reasoning [default: plain text on a small model (--profile), else not]"))]
+ExamplesOption = Annotated[bool | None, typer.Option("--examples/--no-examples", help=(
+    "Show the writing role worked examples of short texts that meet their requests (loops.prose.WORKED_DRAFTS) "
+    "[default: on a small model (--profile), else no]"))]
 ProgramOption = Annotated[Path | None, typer.Option(
     "--program", help="Run a saved program (loops optimize --out, or module.save): its demos, instructions and "
     "configuration; options given here override its own")]
@@ -24,11 +30,16 @@ def refine(
     run: RunOptions,
     context: Annotated[str, typer.Option(help="Background context for the creator")] = "",
     max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help="Revisions at most [default: 3]")] = None,
+    plain_text: PlainTextOption = None,
+    examples: ExamplesOption = None,
     program: ProgramOption = None,
     human: HumanOption = None,
 ) -> None:
-    """Creator–Critic–Iterator: draft, then revise until the critic approves."""
-    module = load_program("refine", program, max_iterations=max_iterations, **people("refine", human))
+    """Creator–Critic–Iterator: draft, then revise until the critic approves.
+
+    Unset, --plain-text and --examples follow the model (loops.prose.prose_defaults)."""
+    module = load_program("refine", program, max_iterations=max_iterations, plain_text=plain_text,
+                          examples=examples, **people("refine", human))
     result, seconds = run_with_progress(module, choice, run.trace, requirements=requirements, context=context,
                                         **run.call_options())
     report(result, seconds, f"final draft ({'approved' if result.success else 'not approved'})")
@@ -119,10 +130,15 @@ def direct(
     run: RunOptions,
     max_iterations: Annotated[int | None, typer.Option(
         min=0, max=1000, help="Plan-execute-evaluate cycles at most [default: 3]")] = None,
+    plain_text: PlainTextOption = None,
+    examples: ExamplesOption = None,
     program: ProgramOption = None,
     human: HumanOption = None,
 ) -> None:
-    """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it."""
-    module = load_program("direct", program, max_iterations=max_iterations, **people("direct", human))
+    """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it.
+
+    Unset, --plain-text and --examples (of the executor) follow the model (loops.prose.prose_defaults)."""
+    module = load_program("direct", program, max_iterations=max_iterations, plain_text=plain_text,
+                          examples=examples, **people("direct", human))
     result, seconds = run_with_progress(module, choice, run.trace, initial_input=goal, **run.call_options())
     report(result, seconds, "passed" if result.success else "not passed", passed="the evaluator passed")

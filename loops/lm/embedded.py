@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -166,10 +167,10 @@ def _generate_locked(llama, request: Request, until: float | None) -> tuple[str,
             raise ContextLengthError(str(exc), provider="local") from exc
 
 
-EMBEDDED_HISTORY_WINDOW = 4  # turns per role: with prompts of 1-2k tokens, the last few fit its 8k context
-# Grammar-constrained JSON without a template of placeholders to copy is the only way the 135M model answers
-# in shape; its 8k context holds a role's last few turns; it runs here, for nothing.
-EMBEDDED_PROFILE = profile.ModelProfile(adapter="compact", history_window=EMBEDDED_HISTORY_WINDOW, price=profile.free)
+EMBEDDED_HISTORY_WINDOW = profile.SMALL_HISTORY_WINDOW  # turns per role: with prompts of 1-2k tokens, its 8k context
+# A small model (`profile.SMALL`): grammar-constrained JSON without a template of placeholders to copy is the only way
+# the 135M model answers in shape; its 8k context holds a role's last few turns; it runs here, for nothing.
+EMBEDDED_PROFILE = dataclasses.replace(profile.SMALL, adapter="compact", price=profile.free)
 profile.register(MODEL, EMBEDDED_PROFILE)
 
 

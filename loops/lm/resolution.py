@@ -18,10 +18,11 @@ import orjson
 from dspy.utils import exceptions as dspy_errors
 
 from loops.adapters import ADAPTERS
+from loops.choices import PROFILE_NAMES
 from loops.errors import ConfigurationError
 from loops.lm.embedded import local_lm
 from loops.lm.server import ServerLM
-from loops.profile import with_adapter
+from loops.profile import with_adapter, with_size
 
 __all__ = ["REMOTE_MAX_TOKENS", "SERVED_ADAPTER", "resolve"]
 
@@ -43,6 +44,7 @@ def resolve(
     max_tokens: int | None = None,
     temperature: float | None = None,
     adapter: str | None = None,
+    profile: str | None = None,
 ) -> dspy.BaseLM:
     """One spelling for "which LM" across loops: None/"local" is the embedded model, an LM is used as
     it is, and a string is a LiteLLM model string, checked now so that an unknown provider fails
@@ -55,13 +57,19 @@ def resolve(
     `adapter` ('chat', 'json' or 'compact', see `ADAPTERS`) travels with the LM: every role on it uses
     that adapter unless the context or the role sets another (its profile, `loops.profile`); with `api_base`
     it defaults to `SERVED_ADAPTER`, else to the model's own (the embedded model's `compact`, DSPy's `chat`).
-    A given LM is copied before settings are applied to it. Every mistake is a `ConfigurationError`, raised
-    before any call.
+    `profile` ('small' or 'capable') declares what the model is, over what its name says (`loops.profile`: the
+    embedded model and a SmolLM or a model of at most a billion parameters by its name are small): a small model's
+    writing roles answer in plain text with worked examples, its code loop draws several candidates, its roles
+    see their last few turns. A given LM is copied before settings are applied to it. Every mistake is a
+    `ConfigurationError`, raised before any call.
 
     A string's LM gets `num_retries=0`: the loop's `RetryPolicy` retries transient errors itself,
     within the run's budget, and DSPy's own retries underneath would multiply every request unseen.
     """
     _check_request_settings(max_tokens, temperature, adapter)
+    if profile is not None and profile not in PROFILE_NAMES:
+        raise ConfigurationError(f"unknown profile {profile!r} (--profile): use one of "
+                                 f"{', '.join(map(repr, PROFILE_NAMES))}: what the model is, over what its name says")
     settings = {name: value for name, value in (("max_tokens", max_tokens), ("temperature", temperature))
                 if value is not None}
     if model is None or model == "local" or isinstance(model, dspy.BaseLM):
@@ -72,10 +80,10 @@ def resolve(
                 f"api_base/api_key_env (--api-base/--api-key-env) need a model string, and {what}; give the "
                 "server's model as a string such as 'openai/<name>'")
         if isinstance(model, dspy.BaseLM):
-            lm = model.copy(**settings) if settings or adapter is not None else model
+            lm = model.copy(**settings) if settings or adapter is not None or profile is not None else model
         else:
             lm = local_lm(**settings)
-        return _with_adapter(lm, adapter)
+        return _declared(lm, adapter, profile)
     if not isinstance(model, str):
         raise ConfigurationError(
             f"model must be None, 'local', a model string or a dspy.LM, not {type(model).__name__}")
@@ -108,7 +116,7 @@ def resolve(
             adapter = adapter or SERVED_ADAPTER
     except (ValueError, dspy_errors.LMConfigurationError) as exc:
         raise ConfigurationError(f"model {model!r} is not usable: {exc}; {fix}") from exc
-    return _with_adapter(lm, adapter)
+    return _declared(lm, adapter, profile)
 
 
 @functools.cache
@@ -167,5 +175,8 @@ def _checked_api_base(url: object) -> str:
     return url.rstrip("/")
 
 
-def _with_adapter(lm: dspy.BaseLM, adapter: str | None) -> dspy.BaseLM:
-    return lm if adapter is None else with_adapter(lm, adapter)
+def _declared(lm: dspy.BaseLM, adapter: str | None, profile: str | None) -> dspy.BaseLM:
+    """`lm` with the adapter and the profile it was given, when given (`loops.profile`)."""
+    if adapter is not None:
+        with_adapter(lm, adapter)
+    return lm if profile is None else with_size(lm, profile)
