@@ -1,6 +1,6 @@
 """Looking at loop runs in Jupyter: a trace as a DataFrame, a run as a plot.
 
-    result = loop(requirements="A haiku about rain")
+    result = loop(requirements="A haiku about a lighthouse")
     result                                   # a summary, the trace as a table, each role's history folded
     loops.notebook.trace_frame(result)       # one row per role call (pandas)
     loops.notebook.trace_frame({"before": a, "after": b})   # many runs: a `run` column says which

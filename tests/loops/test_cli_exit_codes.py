@@ -103,7 +103,8 @@ PYTEST = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovid
 def test_a_test_command_that_finds_no_tests_exits_2_before_any_lm_call(scripted, tmp_path, test_command, workspace,
                                                                        parts):
     (tmp_path / "ws").mkdir()
-    (tmp_path / "ws" / "test_add.py").write_text("from solution import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n")
+    (tmp_path / "ws" / "test_add.py").write_text("from solution import add\n\n\ndef test_add():\n"
+                                                 "    assert add(1, 2) == 3\n")
 
     outcome = invoke("fix", "Write add", "-t", test_command, "--workspace", str(tmp_path / workspace))
 
