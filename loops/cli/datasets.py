@@ -38,7 +38,7 @@ from loops.errors import ConfigurationError
 if TYPE_CHECKING:
     import dspy
 
-__all__ = ["batch_command", "eval_command", "load_examples", "load_sets", "optimize_command"]
+__all__ = ["batch_command", "eval_command", "load_examples", "load_sets", "optimize_command", "unnamed_model_note"]
 
 KindArgument = Annotated[str, typer.Argument(help="refine | fix | direct | FILE.sexp")]
 DataOption = Annotated[str, typer.Option(
@@ -137,8 +137,23 @@ def optimize_command(
         _, report = loops.optimize.run(module, trainset, valset, optimizer=optimizer, out=out, num_threads=threads,
                                        keep="optimized" if keep_optimized else "better", verbose=verbose,
                                        **_options(option or []))
-    console.print(report.summary(), highlight=False, soft_wrap=True)
+    console.print(report.summary(verdict=False, lm_note=False), highlight=False, soft_wrap=True)  # the display said it
     console.print(f"saved to {out} ({time.monotonic() - started:.0f} s in all)", highlight=False, soft_wrap=True)
+    note = unnamed_model_note(report.unnamed_roles(), lm, choice.model, f"loops {kind} ... --program {out}")
+    if note is not None:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+
+
+def unnamed_model_note(roles: list[str], lm: Any, model: str, command: str) -> str | None:
+    """What a program saved by a command does not say of its model, said the way a command's user gives one: the
+    roles that ran on `--model` (`lm`), unless it is the embedded model, the --model of every command that runs a
+    saved program unless told."""
+    from loops.saving import lm_reference
+
+    if not roles or lm_reference(lm) == "local":
+        return None
+    return (f"the saved program names no LM for {', '.join(roles)}: they ran on --model {model}, which a saved "
+            f"program does not record; give the same --model to the command that runs it ({command} --model {model})")
 
 
 @with_options
