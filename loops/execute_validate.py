@@ -92,7 +92,9 @@ class ExecuteValidateController(LoopModule):
     import (`from mul import mul` -> `mul.py`; `target_for`), else `solution.py`. Before its first attempt
     the loop reads the workspace's tests (`test_*.py`, `*_test.py`, the files the test command names) for the names
     they import and call, and tells the executor (`read_interface`). The built-in validator runs the
-    test command there (its timeout capped to the run's time left); the built-in controller stops
+    test command there (its timeout capped to the run's time left; a test command that finds no tests is a
+    `ConfigurationError`); a validator of the caller's own needs no test command (it is given ""), so a call
+    may leave `test_command` out. The built-in controller stops
     when the tests pass and otherwise passes the failure digest on, with the analyst LLM's instruction
     when `analyst` is on. Only the LLM roles that may run are built: a custom controller, or
     `analyst=False`, means no `analyst`.
@@ -193,12 +195,12 @@ class ExecuteValidateController(LoopModule):
             self.contracts["validator"].check(validator)
         self.validator = validator
 
-    def forward(self, initial_input: Any, test_command: str, **limits: Any) -> dspy.Prediction:
-        self._check_inputs(initial_input, test_command)
+    def forward(self, initial_input: Any, test_command: str | None = None, **limits: Any) -> dspy.Prediction:
+        test_command = self._check_inputs(initial_input, test_command)
         return self._forward(limits, initial_input=initial_input, test_command=test_command)
 
-    async def aforward(self, initial_input: Any, test_command: str, **limits: Any) -> dspy.Prediction:
-        self._check_inputs(initial_input, test_command)
+    async def aforward(self, initial_input: Any, test_command: str | None = None, **limits: Any) -> dspy.Prediction:
+        test_command = self._check_inputs(initial_input, test_command)
         return await self._aforward(limits, initial_input=initial_input, test_command=test_command)
 
     def settings(self) -> dict[str, Any]:
@@ -248,9 +250,14 @@ class ExecuteValidateController(LoopModule):
         predictor, _ = predictor_of(getattr(self, role, None))
         return predictor.lm if predictor is not None and predictor.lm is not None else dspy.settings.lm
 
-    def _check_inputs(self, initial_input: Any, test_command: Any) -> None:
-        """A developer's mistake raises here, before any LM call: a missing input, an executable that
-        does not exist, a target file outside the workspace."""
+    def _check_inputs(self, initial_input: Any, test_command: Any) -> str:
+        """The test command the run passes on ("" when a validator of the caller's own needs none). A developer's
+        mistake raises here, before any LM call: a missing input, no test command for the built-in validator, an
+        executable that does not exist, a target file outside the workspace."""
+        if test_command is None and self.validator is None:
+            raise ConfigurationError("test_command is None: the built-in validator runs it in the workspace; give "
+                                     "the command whose exit code 0 means done (e.g. 'python -m pytest -q'), or a "
+                                     "validator= of your own, which needs none")
         if initial_input is None:
             raise ConfigurationError("initial_input is None: give the task (a str, or a dict with a 'prompt' str)")
         if self._builtin_executor:
@@ -261,6 +268,7 @@ class ExecuteValidateController(LoopModule):
                 raise ConfigurationError(f"the target file cannot be written: {error}") from None
         if self.validator is None:
             self._shell.check(test_command)
+        return "" if test_command is None else test_command
 
     def _workspace_root(self) -> Path | None:
         """The resolved directory the runs write into, None when each run gets a fresh temporary one."""

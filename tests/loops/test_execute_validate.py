@@ -409,6 +409,27 @@ def test_a_developers_mistake_raises_before_any_lm_call(tmp_path, options, input
     assert call_counts(lms) == {"executor": 0, "analyst": 0}
 
 
+def test_a_validator_of_ones_own_needs_no_test_command(tmp_path):
+    validator = Phase(False, True)
+    module, lms = loop_with([wrote(BAD), wrote(GOOD)], None, workspace=tmp_path, validator=validator, analyst=False,
+                            samples=1)
+
+    result = module(initial_input="write odd_list")
+
+    assert (result.success, result.stop_reason, result.iterations) == (True, "stopped", 2)
+    assert validator.args == [("", 1), ("", 2)]
+    assert calls(lms["executor"]) == 2
+
+
+def test_the_built_in_validator_needs_a_test_command():
+    module, lms = loop_with([wrote(GOOD)], [analysed()])
+
+    with pytest.raises(ConfigurationError, match="test_command is None: the built-in validator runs it"):
+        module(initial_input="write odd_list")
+
+    assert call_counts(lms) == {"executor": 0, "analyst": 0}
+
+
 def test_a_target_file_outside_a_given_workspace_raises_before_any_lm_call(tmp_path):
     module, lms = loop_with([wrote(GOOD)], [analysed()], workspace=Workspace(tmp_path / "ws"),
                             target_file="../escaped.py")
