@@ -29,6 +29,7 @@ import contextvars
 import inspect
 import json
 import linecache
+import logging
 import sysconfig
 import time
 import weakref
@@ -405,6 +406,22 @@ class _RequestGate(BaseCallback):
 _GATE = _RequestGate()
 
 
+class _TruncatedAnswers(logging.Filter):
+    """DSPy logs an answer cut at its request's max_tokens (`dspy.clients.lm`: "LM response was truncated"), a line
+    that lands in the middle of the live table or a notebook's output: within a run it is one of the run's warnings
+    instead, once per role, and the log line is dropped. Outside a run the line stays, as DSPy prints it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        run = context.current_run()
+        if not isinstance(run, Run) or "truncated" not in record.getMessage():
+            return True
+        run.answer_cut()
+        return False
+
+
+logging.getLogger("dspy.clients.lm").addFilter(_TruncatedAnswers())
+
+
 FailureAction = Literal["propagate", "setup", "timeout", "reparse", "retry", "give_up"]
 
 
@@ -509,6 +526,8 @@ class Run:
         self._credited: list[Any] = []
         self._gated: set[str] = set()  # LM calls the run counted when they started (`lm_call_started`)
         self._unpublished: Step | None = None  # the last step, until the pattern moves on from it (`publish`)
+        self._calling: list[str] = []  # the roles whose calls are in flight, the innermost last
+        self._cut: set[str] = set()  # the roles an answer of which was cut at its max_tokens (`answer_cut`)
         # The calls this run runs within: those in flight in the run it runs within, and that run's own depth.
         self._base_depth = (self.parent._base_depth + self.parent._depth) if isinstance(self.parent, Run) else 0
         if isinstance(self.parent, Run):
@@ -627,6 +646,14 @@ class Run:
         and `--trace` see it on the step (`publish`)."""
         step = self.trace[-1]
         step.note = message if step.note is None else f"{step.note}; {message}"
+
+    def answer_cut(self) -> None:
+        """An answer of the role being called was cut at its request's max_tokens: a warning, once per role."""
+        role = self._calling[-1] if self._calling else "a role"
+        if role not in self._cut:
+            self._cut.add(role)
+            self.warn(f"{role}: an answer was cut at the token limit of its request (max_tokens, --max-tokens), so it "
+                      "may be incomplete")
 
     def publish(self) -> None:
         """Tell the observers of the last step recorded, if they have not heard of it. A step is published once
@@ -866,14 +893,17 @@ class Run:
         while True:
             tally.attempts += 1
             self._depth += 1
+            self._calling.append(role)
             asked_at = time.monotonic()
             try:
                 result = yield _Invoke(target, args, kwargs, adapter, None if human else self.deadline, llm, run_aware)
                 break
             except Exception as exc:
                 self._depth -= 1
+                self._calling.pop()
                 kwargs = yield from self._after_failure(tally, exc, kwargs, llm)
         self._depth -= 1
+        self._calling.pop()
         if human:
             context.paused(time.monotonic() - asked_at)
         if run_aware and not tally.requests():
