@@ -143,18 +143,22 @@ class LoopModule(dspy.Module):
         return "\n".join(lines)
 
     def fingerprint(self) -> str:
-        """What identifies this program for a checkpoint: its class, its roles' prompts, its phases."""
-        parts = []
+        """What identifies this program for a checkpoint: its class, its roles' prompts, its phases; then, after a
+        space, who plays each role (`loops.checkpoint.program_difference` reads it to say what differs)."""
+        parts, roles = [], []
         for name in sorted({*self._llm_roles, *self.contracts}):
             role = getattr(self, name, None)
             predictor, _ = predictor_of(role)
             if predictor is not None:
                 parts.append((name, predictor.signature.instructions, tuple(predictor.signature.fields)))
+                roles.append(f"{name}=llm:{stable_hash(parts[-1][1:])[:8]}")
             elif isinstance(role, Human):
                 parts.append((name, "human", tuple(role.signature.fields) if role.signature else ()))
+                roles.append(f"{name}=person")
             elif role is not None:
                 parts.append((name, getattr(role, "__qualname__", type(role).__qualname__)))
-        return f"{type(self).__module__}.{type(self).__qualname__}:{stable_hash(parts)}"
+                roles.append(f"{name}=phase:{parts[-1][1]}")
+        return f"{type(self).__module__}.{type(self).__qualname__}:{stable_hash(parts)} {','.join(roles)}"
 
     # Saving and loading (loops.saving) -----------------------------------------------------------------
 

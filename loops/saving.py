@@ -31,7 +31,8 @@ from loops.errors import ConfigurationError
 from loops.lm import is_embedded
 from loops.person import Human
 
-__all__ = ["decode", "encode", "lm_reference", "load", "saved_class", "unnamed_lm_note", "unnamed_roles"]
+__all__ = ["decode", "encode", "lm_reference", "load", "objects_to_give", "saved_class", "unnamed_lm_note",
+           "unnamed_roles"]
 
 _RUNTIME_SETTINGS = ("budget", "retry", "strict", "history_window", "history_summary")
 _JSON_SCALARS = (str, int, float, bool, type(None))
@@ -117,6 +118,14 @@ def decode(value: Any, name: str, given: Mapping[str, Any]) -> Any:
 def saved_class(path: str | os.PathLike[str]) -> type:
     """The loop class of the program saved at `path`, read before anything is built."""
     return _read(path)[1]
+
+
+def objects_to_give(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The arguments of the program saved at `path` that were Python objects a JSON file cannot hold (a custom
+    phase, a DSL tool), by name, with the object's name: `load` needs each given again."""
+    arguments = _read(path)[0]["loops"].get("arguments", {})
+    return {name: value["__given__"] for name, value in arguments.items()
+            if isinstance(value, dict) and "__given__" in value}
 
 
 def load(path: str | os.PathLike[str], **given: Any) -> Any:

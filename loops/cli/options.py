@@ -256,7 +256,7 @@ def name_value_pairs(items: list[str], option: str, example: str) -> list[tuple[
 def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Module:
     """The program a command runs: the saved one at `program` (checked to be of `kind`; `arguments` given
     override its own), or a new one of `kind` built with `arguments`. None means "not given"."""
-    from loops.saving import load, saved_class
+    from loops.saving import load, objects_to_give, saved_class
 
     arguments = {name: value for name, value in arguments.items() if value is not None}
     if kind not in KINDS and not kind.endswith(".sexp"):
@@ -272,6 +272,14 @@ def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Modu
             raise ConfigurationError(f"--program {str(program)!r} is a {saved.__name__}, not a "
                                      f"{(expected or SexpProgram).__name__}: give it to `loops "
                                      f"{_command_of(saved)}` instead")
+        missing = {name: given for name, given in objects_to_give(program).items() if name not in arguments}
+        if missing:
+            name, given = next(iter(missing.items()))
+            person = f", or give the role to a person (--human {name})" if name in (kind_class(kind) or SexpProgram
+                                                                                         ).contracts else ""
+            raise ConfigurationError(f"--program {str(program)!r} was saved with {name}={given}, a Python object that "
+                                     f"neither the file nor the command line can hold: run it from Python "
+                                     f"(loops.load(path, {name}=...)){person}")
         loaded = load(program, **arguments)
         if expected is None and read_program(Path(kind)) != loaded.source:
             raise ConfigurationError(f"--program {str(program)!r} was compiled from another text than {kind!r}: "

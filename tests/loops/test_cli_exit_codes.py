@@ -149,6 +149,23 @@ def test_a_saved_program_of_another_kind_exits_2_in_one_line(scripted, tmp_path,
     assert sum(calls(lm) for lm in scripted.lms) == 0
 
 
+def short_enough(requirements, draft, iteration):
+    return len(draft) < 80
+
+
+def test_a_saved_program_with_a_python_phase_says_what_a_command_user_can_do(scripted, tmp_path):
+    path = tmp_path / "saved.json"
+    loops.CreatorCriticIterator(critic=short_enough).save(path)
+
+    outcome = invoke("refine", "x", "--program", str(path))
+
+    assert_one_line_error(outcome, f"--program {str(path)!r} was saved with critic=",
+                          "short_enough, a Python object that neither the file nor the command line can hold: run it "
+                          "from Python (loops.load(path, critic=...)), or give the role to a person (--human critic)")
+    with_a_person = invoke("refine", "x", "--program", str(path), "--human", "critic")
+    assert "was saved with" not in with_a_person.stderr and "nobody can answer here" in with_a_person.stderr
+
+
 @pytest.mark.parametrize("args", [["refine", ""], ["run", "examples/workrail_loops.sexp"]])
 def test_an_error_found_as_the_run_starts_is_printed_alone(scripted, args):
     # No empty table of role calls above it: nothing is drawn before the first role call.

@@ -164,10 +164,18 @@ def test_a_replay_that_diverges_stops_with_a_clear_error():
         CreatorCriticIterator(max_iterations=2, checkpoint=store)(requirements="a slogan", run_id="r1")
         with pytest.raises(ReplayDivergence, match="other inputs"):
             CreatorCriticIterator(max_iterations=2, checkpoint=store)(requirements="a poem", run_id="r1")
-        with pytest.raises(ReplayDivergence, match="another program"):
+        with pytest.raises(ReplayDivergence, match="another program: the critic was the built-in LLM role then and "
+                                                   "is the phase test_a_replay_that_diverges_stops_with_a_clear_error."
+                                                   "<locals>.<lambda> now; resume it with the program that recorded "
+                                                   "it"):
             CreatorCriticIterator(max_iterations=2, checkpoint=store,
                                   critic=lambda requirements, draft, iteration: False)(
                 requirements="a slogan", run_id="r1")
+        with pytest.raises(ReplayDivergence, match="another program: the critic's prompt .its instructions or "
+                                                   "fields. differs"):
+            changed = CreatorCriticIterator(max_iterations=2, checkpoint=store)
+            changed.critic.signature = changed.critic.signature.with_instructions("Judge harshly.")
+            changed(requirements="a slogan", run_id="r1")
 
 
 def test_a_replay_whose_calls_differ_from_the_record_stops_at_that_call(monkeypatch):
