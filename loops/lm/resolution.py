@@ -103,8 +103,12 @@ def resolve(
             with contextlib.redirect_stdout(io.StringIO()):  # LiteLLM prints a banner on a miss
                 litellm.get_llm_provider(model)
         except litellm.exceptions.BadRequestError:
+            if api_base is not None:  # a server of one's own: its models are OpenAI's spelling of the name it serves
+                fix = (f"a model behind an OpenAI-compatible server (--api-base) is 'openai/<the name it serves>': "
+                       f"use 'openai/{model}'")
             raise ConfigurationError(f"unknown model {model!r}: LiteLLM knows no provider for it; {fix}") from None
     settings.setdefault("max_tokens", _default_max_tokens(model))
+    api_base = None if api_base is None else _checked_api_base(api_base)
     api_key = _api_key(api_key_env)
     if api_key is not None:
         settings["api_key"] = api_key
@@ -112,7 +116,7 @@ def resolve(
         if api_base is None:
             lm = dspy.LM(model, num_retries=0, **settings)
         else:
-            lm = ServerLM(model, api_base=_checked_api_base(api_base), num_retries=0, **settings)
+            lm = ServerLM(model, api_base=api_base, num_retries=0, **settings)
             adapter = adapter or SERVED_ADAPTER
     except (ValueError, dspy_errors.LMConfigurationError) as exc:
         raise ConfigurationError(f"model {model!r} is not usable: {exc}; {fix}") from exc
@@ -170,6 +174,10 @@ def _checked_api_base(url: object) -> str:
 
     parts = urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        schemed = urlsplit(f"http://{url}") if isinstance(url, str) and "://" not in url else None
+        if schemed is not None and schemed.hostname and schemed.port:  # a host and a port: the scheme left out
+            raise ConfigurationError(f"api_base (--api-base) must be an http(s) address, got {url!r}: did you mean "
+                                     f"http://{url}?")
         raise ConfigurationError(f"api_base (--api-base) must be an http(s) address such as "
                                  f"http://127.0.0.1:8080/v1, got {url!r}")
     return url.rstrip("/")

@@ -200,11 +200,16 @@ def test_an_lm_object_is_copied_before_settings_apply_to_it():
     ("openai/x", {"api_key_env": "LOOPS_TEST_EMPTY_KEY"}, ["LOOPS_TEST_EMPTY_KEY named by --api-key-env is empty"]),
     ("openai/x", {"api_key_env": ""}, ["the name of an environment variable holding the key, got ''"]),
     ("openai/x", {"api_base": "127.0.0.1:8080/v1"},
-     ["api_base (--api-base) must be an http(s) address such as http://127.0.0.1:8080/v1, got '127.0.0.1:8080/v1'"]),
+     ["api_base (--api-base) must be an http(s) address, got '127.0.0.1:8080/v1': did you mean "
+      "http://127.0.0.1:8080/v1?"]),
+    ("openai/x", {"api_base": "ftp://host"},
+     ["api_base (--api-base) must be an http(s) address such as http://127.0.0.1:8080/v1, got 'ftp://host'"]),
     ("local", {"api_base": "http://127.0.0.1:8080/v1"},
      ["need a model string", "the embedded model runs in this process", "'openai/<name>'"]),
     ("local", {"api_key_env": "HOME"}, ["need a model string"]),
-    ("nonexistent", {"api_base": "http://127.0.0.1:8080/v1"}, ["unknown model 'nonexistent'"]),
+    ("nonexistent", {"api_base": "http://127.0.0.1:8080/v1"}, [
+        "unknown model 'nonexistent'", "a model behind an OpenAI-compatible server (--api-base) is "
+        "'openai/<the name it serves>': use 'openai/nonexistent'"]),
 ])
 def test_mistakes_are_configuration_errors_before_any_request(monkeypatch, no_connections, model, options, parts):
     monkeypatch.delenv("LOOPS_TEST_MISSING_KEY", raising=False)
@@ -241,6 +246,8 @@ COMMANDS = {
     (["--max-tokens", "-5"], "error: max_tokens (--max-tokens) must be a positive whole number of tokens per answer"),
     (["--temperature", "3"], "error: temperature (--temperature) must be a number from 0 to 2, got 3.0"),
     (["--api-base", "http://127.0.0.1:9/v1"], "need a model string"),
+    (["--model", "smollm2", "--api-base", "http://127.0.0.1:9/v1"], "use 'openai/smollm2'"),
+    (["--model", "openai/smollm2", "--api-base", "127.0.0.1:9/v1"], "did you mean http://127.0.0.1:9/v1?"),
 ])
 def test_cli_mistakes_exit_2_with_one_line_before_any_lm_call(monkeypatch, no_connections, tmp_path, command,
                                                                options, part):
