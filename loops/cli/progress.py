@@ -192,7 +192,11 @@ def report(result: dspy.Prediction, seconds: float, title: str, passed: str = ""
     from loops.display import lm_calls_text
 
     final = result.final
-    console.print(Panel(str(getattr(final, "content", final) or ""), title=title, expand=False))
+    shown = str(getattr(final, "content", final) or "")
+    if shown.strip():
+        console.print(Panel(shown, title=title, expand=False))
+    else:  # an empty box under the cause of a failed run says nothing; this line says there is nothing
+        console.print(f"{title}: none", highlight=False)
     cost = "" if result.cost_usd is None else f"   cost: ${result.cost_usd:.4f}"
     reason = result.stop_reason
     if reason == "stopped":

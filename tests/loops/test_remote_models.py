@@ -465,6 +465,7 @@ def test_a_refused_connection_names_the_address_in_the_commands_output():
 
     assert outcome.exit_code == 3, outcome.output
     assert f"cannot reach the server at http://127.0.0.1:{port}/v1/chat/completions" in " ".join(outcome.output.split())
+    assert "final draft (not approved): none" in outcome.output and "╭" not in outcome.output  # no empty box
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
