@@ -18,7 +18,7 @@ from loops import context
 from loops.budget import Budget, RetryPolicy
 from loops.checkpoint import CheckpointStore, Replay, open_store, stable_hash
 from loops.contracts import PhaseContract
-from loops.errors import ConfigurationError
+from loops.errors import ConfigurationError, a_or_an
 from loops.lm import resolve
 from loops.person import Human, nobody_to_answer
 from loops.runtime import UNSET, RoleCalls, Run, adrive, drive, predictor_of
@@ -206,8 +206,8 @@ class LoopModule(dspy.Module):
         if not saved:
             return self
         if f"{type(self).__module__}:{type(self).__qualname__}" != saved.get("kind"):
-            raise ConfigurationError(f"the saved state is a {saved.get('kind')}, not a {type(self).__qualname__}: "
-                                     "load it with loops.load(path)")
+            raise ConfigurationError(f"the saved state is {a_or_an(str(saved.get('kind')))}, not "
+                                     f"{a_or_an(type(self).__qualname__)}: load it with loops.load(path)")
         self.budget = Budget(**saved["budget"])
         self.retry = RetryPolicy(**saved["retry"])
         self.strict = saved["strict"]

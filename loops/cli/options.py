@@ -26,7 +26,7 @@ import typer
 from rich.console import Console
 
 from loops.choices import ADAPTER_NAMES, POLICIES, PROFILE_NAMES
-from loops.errors import ConfigurationError
+from loops.errors import ConfigurationError, a_or_an
 
 if TYPE_CHECKING:
     import dspy
@@ -269,8 +269,8 @@ def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Modu
 
         saved = saved_class(program)  # checked before it is built: another kind takes other options
         if not issubclass(saved, expected or SexpProgram):
-            raise ConfigurationError(f"--program {str(program)!r} is a {saved.__name__}, not a "
-                                     f"{(expected or SexpProgram).__name__}: give it to `loops "
+            raise ConfigurationError(f"--program {str(program)!r} is {a_or_an(saved.__name__)}, not "
+                                     f"{a_or_an((expected or SexpProgram).__name__)}: give it to `loops "
                                      f"{_command_of(saved)}` instead")
         missing = {name: given for name, given in objects_to_give(program).items() if name not in arguments}
         if missing:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import loops
 import loops.lm
 from loops.cli import app
+from loops.errors import a_or_an
 from tests.loops.fake_openai import fake_openai
 from tests.scripted import calls, scripted_lm
 
@@ -145,7 +146,7 @@ def test_a_saved_program_of_another_kind_exits_2_in_one_line(scripted, tmp_path,
 
     outcome = invoke(*command, "--program", str(path))
 
-    assert_one_line_error(outcome, f"--program {str(path)!r} is a {saved}", f"give it to `loops {belongs_to}`")
+    assert_one_line_error(outcome, f"--program {str(path)!r} is {a_or_an(saved)}", f"give it to `loops {belongs_to}`")
     assert sum(calls(lm) for lm in scripted.lms) == 0
 
 

@@ -119,7 +119,7 @@ def test_a_saved_program_of_another_kind_is_refused(lm, tmp_path):
     outcome = invoke("eval", "refine", "--data", "builtin:writing", "--program", path)
 
     assert outcome.exit_code == 2
-    assert "is a ExecuteValidateController, not a CreatorCriticIterator: give it to `loops fix`" in outcome.output
+    assert "is an ExecuteValidateController, not a CreatorCriticIterator: give it to `loops fix`" in outcome.output
 
 
 def test_a_dsl_program_is_optimized_and_run_from_its_saved_file(monkeypatch, tmp_path):
