@@ -24,7 +24,8 @@ from loops.choices import PROFILE_NAMES
 from loops.errors import ConfigurationError
 
 __all__ = ["HOSTED", "PROFILE_ATTRIBUTE", "SMALL", "SMALL_HISTORY_WINDOW", "ModelProfile", "adapter_for", "cost_usd",
-           "free", "is_small_model_name", "litellm_price", "profile_of", "register", "with_adapter", "with_size"]
+           "free", "is_small_model_name", "litellm_price", "price_of", "profile_of", "register", "with_adapter",
+           "with_size"]
 
 # The attribute of an LM (or of its engine) holding its profile: it travels wherever the LM goes (per-role
 # LMs, copies, optimizers' deep copies, Ray workers) with no dspy.context around every call.
@@ -129,6 +130,11 @@ def adapter_for(lm: Any) -> Any:
     return None if name is None else ADAPTERS[name]
 
 
+def price_of(model: str) -> Price:
+    """How a request to the model string `model` is priced: its registered profile's price, else LiteLLM's."""
+    return _by_model.get(model, HOSTED).price
+
+
 def cost_usd(model: str, usage: Mapping[str, Any]) -> float | None:
     """What one request to `model` cost in US dollars; None where nobody knows."""
-    return _by_model.get(model, HOSTED).price(model, usage)
+    return price_of(model)(model, usage)

@@ -359,14 +359,20 @@ async def adrive(program: RoleCalls) -> Any:
 
 class _UsageLog(UsageTracker):
     """DSPy's usage tracker, also keeping every entry in order (one entry is one LM request answered),
-    the tokens they report and, when `priced`, what they cost; and which LM calls it heard from (DSPy
-    reports no usage for an answer from its cache)."""
+    the tokens they report and what they cost; and which LM calls it heard from (DSPy reports no usage for
+    an answer from its cache).
+
+    A model's own price (the embedded model's: free) is always counted. LiteLLM's prices are looked up only
+    when `priced` (a cost budget needs them): loading LiteLLM's price map costs seconds, which a run without
+    one does not pay, so its cost is then None, unknown, as it is when nobody knows a model's price. Under a
+    cost budget a request of unknown price counts as free (`unpriced` says which models)."""
 
     def __init__(self, priced: bool = False) -> None:
         super().__init__()
         self.entries: list[dict[str, Any]] = []
         self.tokens = 0
-        self.cost_usd: float | None = 0.0 if priced else None
+        self.priced = priced
+        self.cost_usd: float | None = 0.0
         self.unpriced: set[str] = set()
         self.answered: set[str | None] = set()  # DSPy's ids of the LM calls (callbacks) that reported usage
 
@@ -377,12 +383,16 @@ class _UsageLog(UsageTracker):
             return
         self.entries.append(usage_entry)
         self.tokens += int(usage_entry.get("prompt_tokens") or 0) + int(usage_entry.get("completion_tokens") or 0)
-        if self.cost_usd is not None:
-            cost = profile.cost_usd(lm, usage_entry)
-            if cost is None:
-                self.unpriced.add(lm)
-            else:
-                self.cost_usd += cost
+        if self.cost_usd is None:
+            return
+        price = profile.price_of(lm)
+        cost = price(lm, usage_entry) if self.priced or price is not profile.litellm_price else None
+        if cost is not None:
+            self.cost_usd += cost
+        elif self.priced:
+            self.unpriced.add(lm)
+        else:
+            self.cost_usd = None
 
 
 class _RequestGate(BaseCallback):

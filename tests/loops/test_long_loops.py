@@ -13,6 +13,7 @@ import dspy
 import pytest
 
 import loops
+import loops.lm
 from loops import Budget, ConfigurationError, CreatorCriticIterator, checkpoint
 from loops.checkpoint import MemoryStore
 from loops.errors import ReplayDivergence
@@ -287,3 +288,15 @@ def test_an_unpriced_model_counts_as_free_and_says_so_once():
     assert result.warnings.count("no price is known for ['scripted/test']: their requests count as free "
                                  "against max_cost_usd") == 1
     assert result.cost_usd == 0.0
+
+
+def test_a_free_model_costs_0_with_no_cost_budget_and_a_price_not_looked_up_is_unknown():
+    # The embedded model's requests cost nothing, said without a cost budget; LiteLLM's prices are looked up only
+    # under one (its price map takes seconds to load), so a hosted model's cost is unknown (None) without it.
+    with dspy.context(lm=scripted_lm(never_approving, name=loops.lm.MODEL)):
+        free = CreatorCriticIterator(max_iterations=1)(requirements="a slogan")
+    with dspy.context(lm=scripted_lm(never_approving, name="openai/gpt-4o-mini")):
+        hosted = CreatorCriticIterator(max_iterations=1)(requirements="a slogan")
+
+    assert (free.cost_usd, [step.cost_usd for step in free.trace]) == (0.0, [0.0, 0.0])
+    assert (hosted.cost_usd, [step.cost_usd for step in hosted.trace]) == (None, [None, None])
