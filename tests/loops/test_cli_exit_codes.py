@@ -218,6 +218,18 @@ def test_fix_says_how_many_tests_passed_and_why_it_stopped(scripted, tmp_path, c
     assert title in outcome.stdout and f"stop reason: {reason}" in outcome.stdout
 
 
+def test_a_candidate_that_repeats_earlier_code_says_so_in_its_row(scripted, tmp_path):
+    # No validator row follows a repeated candidate: its own row says why.
+    scripted.script = [BAD, BAD]
+
+    outcome = CliRunner().invoke(app, ["fix", "Write add(a, b).", "-t", CHECK_ADD, "--workspace", str(tmp_path),
+                                       "--samples", "2", "--max-iterations", "1"], env={"COLUMNS": "200"})
+
+    assert outcome.exit_code == 1, outcome.output
+    row = next(line for line in outcome.stdout.splitlines() if "executor.2" in line)
+    assert "ok; this code was tried before: not validated again" in row
+
+
 def test_fix_exits_1_when_the_tests_still_fail(scripted, tmp_path):
     scripted.script = [BAD]
 
