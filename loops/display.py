@@ -87,8 +87,8 @@ def checks_held(step: Any) -> float | None:
     """The share of its checks a judging step found held, read from any of its outputs named for checks (a
     `{check: held}` mapping, or a list of booleans or of records with `held`, `passed` or `ok`); None when it
     reports none."""
-    value = _value(step)  # a phase's value (a custom critic's dict), else the role's fields
-    for name, value in (value.items() if isinstance(value, Mapping) else ()):
+    fields = _value(step)  # a phase's value (a custom critic's dict), else the role's fields
+    for name, value in (fields.items() if isinstance(fields, Mapping) else ()):
         if "check" not in name.lower():
             continue
         items = list(value.values()) if isinstance(value, Mapping) else value if isinstance(value, list) else None

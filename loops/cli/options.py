@@ -160,7 +160,8 @@ class RunOptions:
     timeout: Annotated[float, typer.Option(
         "--timeout", callback=_check_timeout, help="Wall-clock limit of the whole loop, in seconds")] = 300.0
     trace: Annotated[Path | None, typer.Option(
-        "--trace", help="Write every role call to this JSONL file as it finishes")] = None
+        "--trace", help="Append every role call to this JSONL file as it finishes, then the run's summary, each "
+        "line with the run's id and time")] = None
     checkpoint: Annotated[Path | None, typer.Option(
         "--checkpoint", help="Record every role call in this SQLite file; with --run-id, resume that run from "
         "it")] = None

@@ -108,7 +108,6 @@ class LiveProgress:
         if self.trace_file is not None:
             self.trace_file.step(step)
 
-
     def _own_tokens(self, step: Step) -> str:
         """The tokens of the requests the step sent itself: a call made within it (a DSL atom in a loop's phase,
         a loop form within its program) has its own row above it, indented, and each request shows once."""
