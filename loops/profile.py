@@ -115,7 +115,7 @@ def with_size(lm: Any, profile: str) -> Any:
     it had (what its context holds: the embedded model's 8k, however its roles write)."""
     if profile not in PROFILE_NAMES:
         raise ConfigurationError(f"unknown profile {profile!r} (--profile): use one of "
-                                 f"{', '.join(map(repr, PROFILE_NAMES))}")
+                                 f"{', '.join(map(repr, PROFILE_NAMES))}: what the model is, over what its name says")
     found = profile_of(lm)
     small = profile == "small"
     window = found.history_window if found.history_window is not None or not small else SMALL_HISTORY_WINDOW

@@ -276,8 +276,8 @@ def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Modu
         missing = {name: given for name, given in objects_to_give(program).items() if name not in arguments}
         if missing:
             name, given = next(iter(missing.items()))
-            person = f", or give the role to a person (--human {name})" if name in (kind_class(kind) or SexpProgram
-                                                                                         ).contracts else ""
+            person = f", or give the role to a person (--human {name})" if name in (
+                expected or SexpProgram).contracts else ""
             raise ConfigurationError(f"--program {str(program)!r} was saved with {name}={given}, a Python object that "
                                      f"neither the file nor the command line can hold: run it from Python "
                                      f"(loops.load(path, {name}=...)){person}")

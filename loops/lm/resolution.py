@@ -18,7 +18,6 @@ import orjson
 from dspy.utils import exceptions as dspy_errors
 
 from loops.adapters import ADAPTERS
-from loops.choices import PROFILE_NAMES
 from loops.errors import ConfigurationError
 from loops.lm.embedded import local_lm
 from loops.lm.server import ServerLM
@@ -67,9 +66,6 @@ def resolve(
     within the run's budget, and DSPy's own retries underneath would multiply every request unseen.
     """
     _check_request_settings(max_tokens, temperature, adapter)
-    if profile is not None and profile not in PROFILE_NAMES:
-        raise ConfigurationError(f"unknown profile {profile!r} (--profile): use one of "
-                                 f"{', '.join(map(repr, PROFILE_NAMES))}: what the model is, over what its name says")
     settings = {name: value for name, value in (("max_tokens", max_tokens), ("temperature", temperature))
                 if value is not None}
     if model is None or model == "local" or isinstance(model, dspy.BaseLM):
