@@ -88,8 +88,10 @@ def resolve(
     declared = {spelling for registered in dspy.lm15.registered_providers()
                 for spelling in registered.definition.spellings}
     # A provider declared to DSPy's native engine, or a model in LiteLLM's price map, is known without importing
-    # LiteLLM (3-4 s): a DSL atom's (model "gpt-4-turbo") is checked when the program compiles.
-    if provider not in declared and model not in _litellm_models():
+    # LiteLLM (3-4 s): a DSL atom's (model "gpt-4-turbo") is checked when the program compiles. So is any
+    # 'openai/<name>' at an api_base: ServerLM speaks OpenAI's API to the server, whatever name it serves.
+    served = api_base is not None and provider == "openai"
+    if not served and provider not in declared and model not in _litellm_models():
         import contextlib
         import io
 
