@@ -209,6 +209,8 @@ class RefusingLM(dspy.BaseLM):
         raise self.error
 
 
+# RefusingLM is DSPy's legacy BaseLM.forward interface on purpose (no error translation), which DSPy 3.4 warns of.
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize("error", [
     AuthError("invalid api key", provider="openai"), UnknownModelError("no such model"),
     UnsupportedModelError("unsupported"), AuthenticationError("invalid api key"), NotFoundError("model not found"),
