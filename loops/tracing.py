@@ -38,7 +38,7 @@ from dspy.utils.callback import BaseCallback
 
 from loops import context
 from loops.display import step_outcome
-from loops.errors import ConfigurationError, MissingDependencyError
+from loops.errors import ConfigurationError, MissingDependencyError, RoleFailed
 
 __all__ = ["ATTRIBUTES", "LATEST_OPT_IN", "SPANS", "Tracing", "carrier", "disable", "enable", "enabled",
            "export", "latest_conventions", "spans_of", "trace_in_worker", "worker_settings"]
@@ -493,7 +493,9 @@ class _Spans(BaseCallback):
     def _failed(self, span: Any, error: BaseException | None, message: str | None = None) -> None:
         if error is not None:
             span.record_exception(error)
-        span.set_attribute("error.type", type(error).__qualname__ if error is not None else "_OTHER")
+        # A role that failed for good (`RoleFailed`) is named by what made it fail: a rate limit, a parse error.
+        cause = error.__cause__ if isinstance(error, RoleFailed) and error.__cause__ is not None else error
+        span.set_attribute("error.type", type(cause).__qualname__ if cause is not None else "_OTHER")
         span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message or str(error)))
 
 
@@ -501,7 +503,8 @@ class _Spans(BaseCallback):
 
 
 class _Collector:
-    """A span processor keeping each finished span of this process (a Ray worker's) by trace, until `take`."""
+    """A span processor keeping each finished span of this process (a Ray worker's) by trace, until `take` (mixed
+    with the SDK's `SpanProcessor` when made, which this module cannot import before it is asked to trace)."""
 
     def __init__(self) -> None:
         self._spans: dict[int, list[Any]] = {}
@@ -537,7 +540,7 @@ def trace_in_worker(settings: Mapping[str, Any]) -> None:
     if settings.get("conventions") is not None:
         os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = settings["conventions"]
     _, sdk = _sdk()
-    _collector = _Collector()
+    _collector = type("_Collecting", (_Collector, sdk.SpanProcessor), {})()  # the SDK's hooks, and ours
     provider = sdk.TracerProvider()
     provider.add_span_processor(_collector)
     enable(provider=provider).observer.example_traces = {}
