@@ -102,8 +102,9 @@ class Observer(Protocol):
     action)` for each attempt that failed (`action`: "reparse" and "retry" ask again, any other ends the
     call, see `loops.runtime.failure_action`); `step_finished(step)` with the call's trace step; then
     `call_finished(call, step, error)`, whatever way it ended (`step` None when it recorded none: a limit
-    refused it, it paused for a person). Each LM request answered within a call:
-    `lm_answered(call_id, model, usage)` (`call_id` is DSPy's id of the LM call, `usage` its token counts).
+    refused it, it paused for a person). Each LM request the run lets through (`before_request`):
+    `request_sent(run)`, in the thread or task that sends it; its answer, there too: `lm_answered(call_id, model,
+    usage)` (`call_id` is DSPy's id of the LM call, `usage` its token counts).
     A call answered from the checkpoint's record instead: `step_finished(step)` (`step.replayed` set) and
     `call_replayed(run, step, nested)`. A limit that stopped the run: `limit_reached(run, limit)`; a pause for
     a person: `paused(run, question)`; a resumed run taking the answer it paused for: `resumed(run, role)`. A
@@ -127,6 +128,8 @@ class Observer(Protocol):
     def step_finished(self, step: Any) -> None: ...
 
     def call_finished(self, call: CallInfo, step: Any, error: BaseException | None) -> None: ...
+
+    def request_sent(self, run: RunInfo) -> None: ...
 
     def lm_answered(self, call_id: str | None, model: str, usage: Mapping[str, Any]) -> None: ...
 
@@ -213,17 +216,36 @@ def notify(event: str, *args: Any, to: tuple[Observer, ...] | None = None) -> No
             handler(*args)
 
 
-@contextlib.contextmanager
-def scopes(what: Any, to: tuple[Observer, ...] | None = None) -> Iterator[None]:
-    """Hold open the `scope(what)` of each observer (of this context, or those given) that has one, in this
-    thread or task, for the duration of the block."""
-    with contextlib.ExitStack() as stack:
-        for observer in observers() if to is None else to:
-            opener = getattr(observer, "scope", None)
-            entered = None if opener is None else opener(what)
-            if entered is not None:
-                stack.enter_context(entered)
-        yield
+def scopes(what: Any, to: tuple[Observer, ...] | None = None) -> contextlib.AbstractContextManager:
+    """The `scope(what)` of each observer (of this context, or those given) that has one, to hold open in this
+    thread or task for the duration of a block."""
+    entered = []
+    for observer in observers() if to is None else to:
+        opener = getattr(observer, "scope", None)
+        scope = None if opener is None else opener(what)
+        if scope is not None:
+            entered.append(scope)
+    if len(entered) < 2:
+        return entered[0] if entered else contextlib.nullcontext()
+    return _AllOf(entered)
+
+
+class _AllOf(contextlib.ExitStack):
+    """Several scopes held open together: entered in order, left in the reverse order."""
+
+    def __init__(self, scopes: list[contextlib.AbstractContextManager]):
+        super().__init__()
+        self._scopes = scopes
+
+    def __enter__(self) -> _AllOf:
+        super().__enter__()
+        try:
+            for scope in self._scopes:
+                self.enter_context(scope)
+        except BaseException:
+            self.close()
+            raise
+        return self
 
 
 def current_run() -> Any:

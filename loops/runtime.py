@@ -242,14 +242,10 @@ class _Invoke:
 
     def _context(self) -> contextlib.AbstractContextManager:
         """The adapter, and DSPy's callbacks with the run's gate first, unless the call's LM asks the run
-        itself (then the callbacks cost nothing): a phase's LMs are unknown, so a phase is gated. An observer
-        that is a DSPy callback hears DSPy's own events of the call too (`loops.tracing`'s LM spans)."""
+        itself (then the callbacks cost nothing): a phase's LMs are unknown, so a phase is gated."""
         callbacks = [callback for callback in dspy.settings.callbacks or () if not isinstance(callback, _RequestGate)]
         if not self.run_aware:
             callbacks.insert(0, _GATE)
-        if self.observed is not None:
-            callbacks.extend(observer for observer in self.observed[1]
-                             if isinstance(observer, BaseCallback) and observer not in callbacks)
         adapter = {} if self.adapter is None else {"adapter": self.adapter}
         return dspy.context(callbacks=callbacks, **adapter)
 
@@ -692,6 +688,8 @@ class Run:
         except LimitReached as limit:
             raise RequestRefused(limit) from None
         self.lm_calls += 1
+        if self._observers:
+            context.notify("request_sent", self.info, to=self._observers)
 
     def lm_call_started(self, call_id: str, lm: Any) -> None:
         """DSPy is about to call `lm` (`_RequestGate`): ask for its request, unless its engine asks itself."""

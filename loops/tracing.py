@@ -28,13 +28,12 @@ says how to install it.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-from dspy.utils.callback import BaseCallback
 
 from loops import context
 from loops.display import step_outcome
@@ -64,6 +63,7 @@ ATTRIBUTES: tuple[tuple[str, str, str], ...] = (
     ("gen_ai.agent.name", "role call; run (v1.36)", "the role (creator, critic, an atom's name); the loop's class"),
     ("gen_ai.conversation.id", "run, role call", "the run id, when the run is checkpointed"),
     ("gen_ai.request.model", "role call, LM request", "the model the role's LM names"),
+    ("gen_ai.response.model", "LM request", "the model the answer names"),
     ("gen_ai.provider.name", "role call, LM request (latest)", "the model string's provider prefix (openai, ...)"),
     ("gen_ai.system", "role call, LM request (v1.36)", "the same, under its v1.36 name"),
     ("gen_ai.usage.input_tokens", "run, role call, LM request", "input tokens the LMs reported"),
@@ -278,10 +278,41 @@ def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
-class _Spans(BaseCallback):
-    """The observer that turns a run's events into spans (`loops.context.Observer`), and the DSPy callback that
-    turns each of its LM calls into a `chat` span. Open spans are kept by the identity of what they stand for
-    (the run's, the call's, the command's, the example's info), so concurrent runs share nothing."""
+# The role call whose work runs in this thread or task (its scope), and the LM request it is waiting on.
+_call: contextvars.ContextVar[context.CallInfo | None] = contextvars.ContextVar("loops_traced_call", default=None)
+_request: contextvars.ContextVar[Any] = contextvars.ContextVar("loops_traced_request", default=None)
+
+
+class _Current:
+    """A span as the current OpenTelemetry context of this thread or task, and the call it stands for as the
+    traced call (`_call`), while the block runs."""
+
+    __slots__ = ("call", "span", "tokens")
+
+    def __init__(self, span: Any, call: context.CallInfo | None):
+        self.span, self.call = span, call
+
+    def __enter__(self) -> None:
+        from opentelemetry import context as otel_context
+        from opentelemetry import trace
+
+        self.tokens = (otel_context.attach(trace.set_span_in_context(self.span)),
+                       None if self.call is None else _call.set(self.call))
+
+    def __exit__(self, *exc_info: Any) -> None:
+        from opentelemetry import context as otel_context
+
+        attached, called = self.tokens
+        if called is not None:
+            _call.reset(called)
+        otel_context.detach(attached)
+
+
+class _Spans:
+    """The observer that turns a run's events into spans (`loops.context.Observer`). Open spans are kept by the
+    identity of what they stand for (the run's, the call's, the command's, the example's info), so concurrent
+    runs share nothing. An LM request's `chat` span opens when the run lets it through (`request_sent`) and
+    closes with its answer (`lm_answered`), both in the thread or task that sends it."""
 
     def __init__(self, tracer: Any):
         from opentelemetry import trace
@@ -294,7 +325,7 @@ class _Spans(BaseCallback):
         self._open: dict[int, Any] = {}  # id(info) -> span
         self._usage: dict[int, list[int]] = {}  # id(run info) -> [input, output] of its own calls
         self._depth: dict[int, int] = {}  # id(run info) -> calls in flight (a phase's calls are nested)
-        self._lm: dict[str, Any] = {}  # DSPy's LM call id -> chat span
+        self._requests: dict[int, list[Any]] = {}  # id(call info) -> its chat spans not answered yet
         self.example_traces: dict[int, int] | None = None  # id(example info) -> its trace, kept in a worker
 
     # A run ---------------------------------------------------------------------------------------------------
@@ -365,6 +396,7 @@ class _Spans(BaseCallback):
     def attempt_failed(self, call: context.CallInfo | None, attempt: int, error: BaseException, action: str) -> None:
         span = None if call is None else self._open.get(id(call))
         if span is not None:
+            self._unanswered(call, error)
             span.add_event("loops.attempt_failed", _attributes({
                 "attempt": attempt, "error.type": type(error).__qualname__, "message": str(error)[:1000],
                 "action": action}))
@@ -373,6 +405,7 @@ class _Spans(BaseCallback):
         span = None if call is None else self._open.pop(id(call), None)
         if span is None:
             return
+        self._unanswered(call, error)
         run = call.run
         depth = self._depth.get(id(run), 1) - 1
         self._depth[id(run)] = depth
@@ -451,34 +484,43 @@ class _Spans(BaseCallback):
 
     def scope(self, what: Any) -> contextlib.AbstractContextManager | None:
         span = self._open.get(id(what))
-        if span is None:
-            return None
-        return self._trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
+        return None if span is None else _Current(span, what if isinstance(what, context.CallInfo) else None)
 
-    # LM requests (DSPy's callbacks of the run's calls) -------------------------------------------------------
+    # LM requests ---------------------------------------------------------------------------------------------
 
-    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
-        model = getattr(instance, "model", None)
-        settings = getattr(instance, "kwargs", None) or {}
-        self._lm[call_id] = self.tracer.start_span(
-            f"chat {model}" if model else "chat", kind=self._trace.SpanKind.CLIENT, attributes=_attributes({
-                "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-                self._provider_key: _provider_of(model), "gen_ai.request.temperature": settings.get("temperature"),
-                "gen_ai.request.max_tokens": settings.get("max_tokens")}))
+    def request_sent(self, run: context.RunInfo) -> None:
+        call, earlier = _call.get(), _request.get()
+        if earlier is not None and earlier.is_recording():  # sent again, the earlier one never answered
+            self._failed(earlier, None, "no answer: the request was sent again")
+            earlier.end()
+        model = None if call is None else call.model
+        span = self.tracer.start_span(f"chat {model}" if model else "chat", kind=self._trace.SpanKind.CLIENT,
+                                      attributes=_attributes({"gen_ai.operation.name": "chat",
+                                                              "gen_ai.request.model": model,
+                                                              self._provider_key: _provider_of(model)}))
+        _request.set(span)
+        if call is not None:
+            self._requests.setdefault(id(call), []).append(span)
 
     def lm_answered(self, call_id: str | None, model: str, usage: Mapping[str, Any]) -> None:
-        span = self._lm.get(call_id) if call_id is not None else None
-        if span is not None:
-            span.set_attributes(_attributes({"gen_ai.usage.input_tokens": usage.get("prompt_tokens"),
-                                             "gen_ai.usage.output_tokens": usage.get("completion_tokens")}))
-
-    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
-        span = self._lm.pop(call_id, None)
-        if span is None:
+        span = _request.get()
+        if span is None or not span.is_recording():
             return
-        if exception is not None:
-            self._failed(span, exception)
+        _request.set(None)
+        if "gen_ai.request.model" not in span.attributes:  # a phase's own LM: known from its answer
+            span.update_name(f"chat {model}")
+            span.set_attributes(_attributes({"gen_ai.request.model": model, self._provider_key: _provider_of(model)}))
+        span.set_attributes(_attributes({"gen_ai.response.model": model,
+                                         "gen_ai.usage.input_tokens": usage.get("prompt_tokens"),
+                                         "gen_ai.usage.output_tokens": usage.get("completion_tokens")}))
         span.end()
+
+    def _unanswered(self, call: context.CallInfo, error: BaseException | None) -> None:
+        """End the call's LM requests that got no answer (failed, abandoned at the deadline)."""
+        for span in self._requests.pop(id(call), ()):
+            if span.is_recording():
+                self._failed(span, error, None if error is not None else "no answer")
+                span.end()
 
     # Helpers ------------------------------------------------------------------------------------------------
 
