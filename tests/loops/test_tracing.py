@@ -397,3 +397,10 @@ def test_a_batch_on_ray_traces_each_example_in_its_worker_and_the_spans_come_hom
         agents = spans.children(run)
         assert [agent.name for agent in agents] == ["invoke_agent creator", "invoke_agent critic"]
         assert all(span.name.startswith("chat ") for agent in agents for span in spans.children(agent))
+
+
+def test_docs_tracing_shows_every_span_and_attribute():
+    page = (ROOT / "docs" / "tracing.md").read_text()
+    rows = {row.split("|")[1].strip().strip("`") for row in page.splitlines() if row.startswith("| `")}
+    assert {name for name, _, _ in loops.tracing.ATTRIBUTES} <= rows
+    assert all(f"`{name}`" in page for name, _, _ in loops.tracing.SPANS.values())
