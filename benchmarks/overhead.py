@@ -223,27 +223,28 @@ def tracing_cost(rounds: int, runs: int) -> tuple[float, float] | None:
     provider, memory = TracerProvider(), InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(memory))
     calls = 4 * runs  # creator, critic, iterator, critic: four role calls a run
+
+    def batch(module: CreatorCriticIterator) -> float:
+        return cpu_seconds(lambda: [module(requirements="a slogan") for _ in range(runs)])
+
+    def traced(module: CreatorCriticIterator) -> float:
+        loops.tracing.enable(provider=provider)
+        try:
+            return batch(module)
+        finally:
+            loops.tracing.disable()
+            assert len(memory.get_finished_spans()) == runs * 9, len(memory.get_finished_spans())
+            memory.clear()
+
     differences, ratios = [], []
     for number in range(rounds):
         module = _module()
-        batch = [module(requirements="a slogan") for _ in range(2)]  # warm, so neither side pays the first call
-        del batch
-
-        def untraced() -> float:
-            return cpu_seconds(lambda: [module(requirements="a slogan") for _ in range(runs)])
-
-        def traced() -> float:
-            loops.tracing.enable(provider=provider)
-            try:
-                return cpu_seconds(lambda: [module(requirements="a slogan") for _ in range(runs)])
-            finally:
-                loops.tracing.disable()
-                assert len(memory.get_finished_spans()) == runs * 9, len(memory.get_finished_spans())
-                memory.clear()
-
-        first, second = (traced, untraced) if number % 2 else (untraced, traced)
-        one, other = first(), second()
-        on, off = (one, other) if first is traced else (other, one)
+        for _ in range(2):  # warm, so neither side pays the first call
+            module(requirements="a slogan")
+        if number % 2:
+            on, off = traced(module), batch(module)
+        else:
+            off, on = batch(module), traced(module)
         differences.append((on - off) / calls * 1e6)
         ratios.append(on / off)
     return statistics.median(differences), statistics.median(ratios)

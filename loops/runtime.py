@@ -678,7 +678,7 @@ class Run:
         finally:
             if self.replay is not None:
                 self.replay.release()
-            self._notify("run_finished", self.info, self.result if error is None else None, error)
+            self._notify("run_finished", self.info, self.result, error)
 
     def before_request(self) -> None:
         """The one check every LM request of the run passes before it is sent (`loops.context.before_request`):

@@ -133,6 +133,7 @@ class Tracing:
 
 _active: Tracing | None = None
 _lock = threading.Lock()
+_exporting: dict[int, set[Any]] = {}  # id(provider) -> the exporters enable() added to it
 
 
 def enable(exporter: Any = None, *, provider: Any = None, endpoint: str | None = None, otlp: bool | None = None,
@@ -162,10 +163,15 @@ def enable(exporter: Any = None, *, provider: Any = None, endpoint: str | None =
     elif not isinstance(provider, sdk.TracerProvider):
         raise ConfigurationError(f"provider must be an opentelemetry.sdk.trace.TracerProvider, got {provider!r:.80}")
     processors = []
-    if exporter is not None:
+    # What an earlier call added to this provider stays there (the SDK cannot take a processor off): not twice.
+    added = _exporting.setdefault(id(provider), set())
+    if exporter is not None and id(exporter) not in added:
         processors.append(_batch(exporter))
-    if otlp or (otlp is None and (endpoint is not None or _otlp_configured())):
+        added.add(id(exporter))
+    wanted = f"otlp {endpoint}"
+    if (otlp or (otlp is None and (endpoint is not None or _otlp_configured()))) and wanted not in added:
         processors.append(_batch(_otlp(endpoint)))
+        added.add(wanted)
     for processor in processors:
         provider.add_span_processor(processor)
     observer = _Spans(provider.get_tracer(INSTRUMENTATION, _version()))

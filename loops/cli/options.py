@@ -33,9 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
            "EXIT_USAGE", "KINDS", "AdapterName", "HumanOption", "ModelChoice", "Policy", "RunOptions", "ShellGrant",
-           "Telemetry",
-           "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program", "name_value_pairs", "people",
-           "with_options"]
+           "Telemetry", "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program",
+           "name_value_pairs", "people", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
