@@ -404,3 +404,18 @@ def test_docs_tracing_shows_every_span_and_attribute():
     rows = {row.split("|")[1].strip().strip("`") for row in page.splitlines() if row.startswith("| `")}
     assert {name for name, _, _ in loops.tracing.ATTRIBUTES} <= rows
     assert all(f"`{name}`" in page for name, _, _ in loops.tracing.SPANS.values())
+
+
+def test_the_standard_variables_choose_the_otlp_endpoint_and_enabling_twice_exports_once(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    provider = TracerProvider()
+    try:
+        first = loops.tracing.enable(provider=provider)
+        [processor] = first.processors
+        assert processor.span_exporter._endpoint == "http://127.0.0.1:9/v1/traces"
+        assert loops.tracing.enable(provider=provider).processors == []  # already exporting there
+        assert loops.tracing.enable(provider=provider, otlp=False).processors == []
+        assert context.observers() == (loops.tracing.enabled().observer,)
+    finally:
+        loops.tracing.disable()
+    assert loops.tracing.enabled() is None and context.observers() == ()
