@@ -32,6 +32,7 @@ import contextvars
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -120,8 +121,8 @@ class Tracing:
     """Tracing as `enable` turned it on: the tracer provider the spans go through, the observer that makes
     them, and the span processors `enable` added (`processors`)."""
 
-    def __init__(self, provider: Any, observer: _Spans, processors: list[Any], owned: bool):
-        self.provider, self.observer, self.processors, self._owned = provider, observer, processors, owned
+    def __init__(self, provider: Any, observer: _Spans, processors: list[Any]):
+        self.provider, self.observer, self.processors = provider, observer, processors
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Export what the processors still hold; False when it did not finish within `timeout_s`."""
@@ -133,7 +134,8 @@ class Tracing:
 
 _active: Tracing | None = None
 _lock = threading.Lock()
-_exporting: dict[int, set[Any]] = {}  # id(provider) -> the exporters enable() added to it
+# Each provider's exporters that enable() added to it.
+_exporting: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()
 
 
 def enable(exporter: Any = None, *, provider: Any = None, endpoint: str | None = None, otlp: bool | None = None,
@@ -151,20 +153,19 @@ def enable(exporter: Any = None, *, provider: Any = None, endpoint: str | None =
     """
     global _active
     trace, sdk = _sdk()
-    owned = False
     if provider is None:
         provider = trace.get_tracer_provider()
         if not isinstance(provider, sdk.TracerProvider):
             from opentelemetry.sdk.resources import Resource
 
             name = service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE
-            provider, owned = sdk.TracerProvider(resource=Resource.create({"service.name": name})), True
+            provider = sdk.TracerProvider(resource=Resource.create({"service.name": name}))
             trace.set_tracer_provider(provider)
     elif not isinstance(provider, sdk.TracerProvider):
         raise ConfigurationError(f"provider must be an opentelemetry.sdk.trace.TracerProvider, got {provider!r:.80}")
     processors = []
     # What an earlier call added to this provider stays there (the SDK cannot take a processor off): not twice.
-    added = _exporting.setdefault(id(provider), set())
+    added = _exporting.setdefault(provider, set())
     if exporter is not None and id(exporter) not in added:
         processors.append(_batch(exporter))
         added.add(id(exporter))
@@ -178,7 +179,7 @@ def enable(exporter: Any = None, *, provider: Any = None, endpoint: str | None =
     with _lock:
         if _active is not None:
             context.stop_observing(_active.observer)
-        _active = Tracing(provider, observer, processors, owned)
+        _active = Tracing(provider, observer, processors)
         context.observe_everywhere(observer)
     return _active
 
