@@ -1,8 +1,9 @@
 """`loops.tracing` end to end, against a real trace backend DSPy users run: MLflow's tracking server, started on
 loopback by the test. A loop traced with `mlflow.dspy.autolog()` on shows DSPy's own spans (the predictor, the
 adapter, the LM) under our role calls; `loops refine --otel` sends its spans over OTLP to the server's
-/v1/traces. Both are read back through MLflow's API. Nothing leaves 127.0.0.1: MLflow's telemetry is off, and
-LiteLLM (which the server imports) reads its price map from its package."""
+/v1/traces. Both are read back through MLflow's API. Nothing leaves 127.0.0.1: MLflow's telemetry is off,
+LiteLLM (which the server imports) reads its price map from its package, and every process the test starts
+refuses, and reports, any connection or name lookup off this machine (`OFF_MACHINE`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,40 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+# A sitecustomize for the processes the test starts (the server, the traced programs): a connection to, or a
+# name lookup of, anything but this machine is refused and written to LOOPS_OFF_MACHINE_LOG.
+OFF_MACHINE = """
+import os, socket
+_LOCAL = ("127.", "::1", "localhost")
+_log = os.environ["LOOPS_OFF_MACHINE_LOG"]
+def _refuse(host):
+    with open(_log, "a") as out:
+        out.write(f"{os.getpid()} {host}\\n")
+    raise OSError(f"the test allows no connection off this machine ({host})")
+_connect, _lookup = socket.socket.connect, socket.getaddrinfo
+def connect(sock, address):
+    host = address[0] if isinstance(address, tuple) else str(address)
+    if sock.family in (socket.AF_INET, socket.AF_INET6) and not str(host).startswith(_LOCAL):
+        _refuse(host)
+    return _connect(sock, address)
+def getaddrinfo(host, *args, **kwargs):
+    if host is not None and not str(host).startswith(_LOCAL):
+        _refuse(host)
+    return _lookup(host, *args, **kwargs)
+socket.socket.connect, socket.getaddrinfo = connect, getaddrinfo
+"""
+
+
+@pytest.fixture(scope="module")
+def offline(tmp_path_factory):
+    """The environment of the processes the test starts: offline settings, and `OFF_MACHINE` loaded first. At
+    the end, no process has tried to leave this machine."""
+    where = tmp_path_factory.mktemp("offline")
+    (where / "sitecustomize.py").write_text(OFF_MACHINE)
+    log = where / "off-machine.log"
+    yield {**os.environ, **OFFLINE, "PYTHONPATH": os.pathsep.join([str(where), str(ROOT)]),
+           "LOOPS_OFF_MACHINE_LOG": str(log)}
+    assert not log.exists(), f"a process tried to leave this machine: {log.read_text()}"
 
 
 def free_port() -> int:
@@ -36,14 +71,14 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
+def mlflow_server(tmp_path_factory, offline):
     """MLflow's tracking server on 127.0.0.1 (a SQLite store in a temporary directory); its URL."""
     where, port = tmp_path_factory.mktemp("mlflow"), free_port()
     log = (where / "server.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
          "--backend-store-uri", f"sqlite:///{where / 'mlflow.db'}", "--default-artifact-root", str(where / "art")],
-        env={**os.environ, **OFFLINE}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        env=offline, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         waited = time.monotonic() + 600  # minutes on a loaded machine: it imports much, and migrates its store
@@ -104,9 +139,9 @@ AUTOLOGGED = textwrap.dedent("""
 """)
 
 
-def test_mlflow_autolog_spans_nest_under_the_role_calls_of_a_traced_loop(mlflow_server):
+def test_mlflow_autolog_spans_nest_under_the_role_calls_of_a_traced_loop(mlflow_server, offline):
     ran = subprocess.run([sys.executable, "-c", AUTOLOGGED], cwd=ROOT, capture_output=True, text=True, timeout=900,
-                         env={**os.environ, **OFFLINE, "MLFLOW_TRACKING_URI": mlflow_server, "PYTHONPATH": str(ROOT)})
+                         env={**offline, "MLFLOW_TRACKING_URI": mlflow_server})
     assert ran.returncode == 0, ran.stderr[-3000:]
     stop_reason, experiment_id = ran.stdout.split()[-2:]
     assert stop_reason == "approved"
@@ -129,9 +164,9 @@ def test_mlflow_autolog_spans_nest_under_the_role_calls_of_a_traced_loop(mlflow_
         assert "LM.__call__" in flat and "chat scripted/test" in flat
 
 
-def test_loops_refine_with_otel_sends_its_trace_over_otlp(mlflow_server, server, tmp_path):  # noqa: F811
+def test_loops_refine_with_otel_sends_its_trace_over_otlp(mlflow_server, offline, server, tmp_path):  # noqa: F811
     experiment_id = mlflow.MlflowClient(mlflow_server).create_experiment("loops-otlp")
-    env = {**os.environ, **OFFLINE, "PYTHONPATH": str(ROOT), "DSPY_CACHEDIR": str(tmp_path / "cache"),
+    env = {**offline, "DSPY_CACHEDIR": str(tmp_path / "cache"),
            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{mlflow_server}/v1/traces",
            "OTEL_EXPORTER_OTLP_TRACES_HEADERS": f"x-mlflow-experiment-id={experiment_id}",
            "OTEL_SERVICE_NAME": "loops-e2e"}
