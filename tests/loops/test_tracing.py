@@ -142,8 +142,12 @@ def test_a_validators_command_is_an_execute_tool_span_under_the_validator_call(s
     command = f"{sys.executable} -c \"import sys; print('1 failed'); sys.exit(1)\""
     module = ExecuteValidateController(executor=Phase({"solution.py": "x = 1"}), controller=Phase(("stop", "enough")),
                                        workspace=tmp_path)
-    module(initial_input="task", test_command=command, max_iterations=1)
+    result = module(initial_input="task", test_command=command, max_iterations=1)
 
+    [run] = spans.roots()
+    assert run.name == "invoke_workflow ExecuteValidateController"
+    assert [(span.name, span.attributes["loops.call.kind"]) for span in spans.children(run)] == [
+        (f"invoke_agent {step.role}", "phase") for step in result.trace]
     [validator] = spans.named("invoke_agent validator")
     [tool] = spans.children(validator)
     assert tool.name == "execute_tool python3" or tool.name == f"execute_tool {Path(sys.executable).name}"
