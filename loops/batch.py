@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 import dspy
 
+from loops import context, tracing
 from loops.errors import ConfigurationError, MissingDependencyError
 
 __all__ = ["BACKENDS", "INPUT_CHARS", "BatchSummary", "arun", "run"]
@@ -128,6 +129,7 @@ class _Batch:
         self.program, self.backend, self.concurrency, self.address, self.metric = (
             program, backend, concurrency, address, metric)
         self.lm, self.adapter = dspy.settings.lm, dspy.settings.adapter
+        self.origin = tracing.carrier()  # what the caller is inside: each example's trace links to it
         items = list(_items(examples))
         self.out = _Output(Path(out), retry_failed)
         self.pending = [(key, inputs) for key, inputs in items if key not in self.out.results]
@@ -156,7 +158,7 @@ class _Batch:
             self.seconds = time.monotonic() - started - self.startup_seconds
 
     async def _run_here(self, slot: int, key: str, inputs: dict[str, Any]) -> Record:
-        return await _run_example(self.program, key, inputs, self.metric)
+        return await _run_example(self.program, context.ExampleInfo(key, "asyncio", self.origin), inputs, self.metric)
 
     async def _run_on_ray(self) -> None:
         started = time.monotonic()
@@ -166,8 +168,8 @@ class _Batch:
             _start_ray(ray, self.address)
         actors = None
         try:
-            shared = (self.program, self.lm, self.adapter, self.metric)
-            actors = _Actors(ray, shared, self.concurrency, len(self.pending))
+            shared = (self.program, self.lm, self.adapter, self.metric, tracing.worker_settings())
+            actors = _Actors(ray, shared, self.concurrency, len(self.pending), self.origin)
             cpu_before = await actors.cpu_seconds()  # once each actor has built its program and LM
             self.startup_seconds, self.workers = time.monotonic() - started, len(actors.actors)
             self.progress.running()
@@ -231,9 +233,26 @@ async def _in_slots(pending: list[tuple[str, dict[str, Any]]], concurrency: int,
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _run_example(program: dspy.Module, key: str, inputs: dict[str, Any],
+async def _run_example(program: dspy.Module, example: context.ExampleInfo, inputs: dict[str, Any],
                        metric: Callable[..., Any] | None) -> Record:
-    """One example, on either backend: its record, or its failure's; a `ConfigurationError` propagates."""
+    """One example, on either backend: its record, or its failure's; a `ConfigurationError` propagates. Its
+    observers hear of it (`loops.tracing` gives it a trace of its own), however it ends."""
+    observers = context.observers()
+    if not observers:
+        return await _example_record(program, example.key, inputs, metric)
+    context.notify("example_started", example, to=observers)
+    try:
+        with context.scopes(example, to=observers):
+            record = await _example_record(program, example.key, inputs, metric)
+    except BaseException as exc:
+        context.notify("example_finished", example, None, exc, to=observers)
+        raise
+    context.notify("example_finished", example, record, None, to=observers)
+    return record
+
+
+async def _example_record(program: dspy.Module, key: str, inputs: dict[str, Any],
+                          metric: Callable[..., Any] | None) -> Record:
     started = time.monotonic()
     try:
         prediction = await program.acall(**inputs)
@@ -307,8 +326,9 @@ class _Actors:
     `concurrency`. Twice as many examples are handed out as run (`owners`: each slot's actor): the other half
     waits in the actors, so that an actor starts its next loop the moment one ends, not a round trip later."""
 
-    def __init__(self, ray: Any, shared: tuple[Any, Any, Any, Any], concurrency: int, pending: int):
+    def __init__(self, ray: Any, shared: tuple[Any, ...], concurrency: int, pending: int, origin: dict[str, str]):
         count = max(1, min(concurrency, int(ray.cluster_resources().get("CPU", 1)), pending))
+        self.origin = origin
         self.ray, self.shares = ray, [concurrency // count + (number < concurrency % count) for number in range(count)]
         self.worker, self.shared = ray.remote(num_cpus=1)(_Worker), ray.put(shared)
         self.actors = [self._new(number) for number in range(count)]
@@ -324,7 +344,9 @@ class _Actors:
         number = self.owners[slot]
         actor = self.actors[number]
         try:
-            return await actor.run.remote(key, inputs)
+            record, spans = await actor.run.remote(key, inputs, self.origin)
+            tracing.export(spans)  # the example's trace, made in the worker, leaves through this process
+            return record
         except self.ray.exceptions.RayActorError as exc:  # the actor died: this example's failure, and a new actor
             if self.actors[number] is actor:
                 self.actors[number] = self._new(number)
@@ -349,12 +371,17 @@ class _Worker:
     the embedded model's engine carries no weights (the actor's process loads its own shared model on first
     use), so it needs no rebuilding, which would run another LM than asyncio's."""
 
-    def __init__(self, shared: tuple[Any, Any, Any, Any]):
-        self.program, self.lm, self.adapter, self.metric = shared
+    def __init__(self, shared: tuple[Any, ...]):
+        self.program, self.lm, self.adapter, self.metric, traced = shared
+        if traced is not None:
+            tracing.trace_in_worker(traced)
 
-    async def run(self, key: str, inputs: dict[str, Any]) -> Record:
+    async def run(self, key: str, inputs: dict[str, Any], origin: dict[str, str]) -> tuple[Record, list[Any]]:
+        """The example's record, and its trace's spans when the batch is traced (`loops.tracing.spans_of`)."""
+        example = context.ExampleInfo(key, "ray", origin)
         with dspy.context(lm=self.lm, adapter=self.adapter):
-            return await _run_example(self.program, key, inputs, self.metric)
+            record = await _run_example(self.program, example, inputs, self.metric)
+        return record, tracing.spans_of(example)
 
     async def cpu_seconds(self) -> float:
         return time.process_time()

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from loops import reaper
+from loops import context, reaper
 from loops.errors import CommandNotFoundError, ConfigurationError
 from loops.signatures.results import ValidationResult
 
@@ -401,6 +401,21 @@ class ShellValidator:
         cwd = self.cwd
         if not cwd.is_dir():
             raise ConfigurationError(f"validator working directory {str(cwd)!r} does not exist")
+        observers = context.observers()
+        if not observers:
+            return self._run(command, argv, cwd, limit)
+        # Its observers hear of it (`loops.tracing`'s execute_tool span), however it ends.
+        info = context.CommandInfo(command, str(cwd), limit)
+        context.notify("command_started", info, to=observers)
+        try:
+            result = self._run(command, argv, cwd, limit)
+        except BaseException as exc:
+            context.notify("command_finished", info, None, exc, to=observers)
+            raise
+        context.notify("command_finished", info, result, None, to=observers)
+        return result
+
+    def _run(self, command: str, argv: list[str], cwd: Path, limit: float) -> ValidationResult:
         started = time.monotonic()
         with _Started(argv, cwd, self._environment(), command) as started_command:
             proc = started_command.proc
@@ -652,7 +667,10 @@ class PytestValidator(ShellValidator):
         super().check(_pytest_command(command))
 
     def run(self, command: str | None, timeout_s: float | None = None) -> ValidationResult:
-        result = super().run(_pytest_command(command), timeout_s)
+        return super().run(_pytest_command(command), timeout_s)
+
+    def _run(self, command: str, argv: list[str], cwd: Path, limit: float) -> ValidationResult:
+        result = super()._run(command, argv, cwd, limit)
         passed, failed = parse_pytest_counts(result.stdout)
         return result.model_copy(update={"passed": passed, "failed": failed})
 

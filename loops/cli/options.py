@@ -2,8 +2,9 @@
 (`RunOptions`), the exit codes, the console, and loading the program a command runs.
 
 A command takes a group of options by naming a parameter of its type (`choice: ModelChoice`); `with_options`
-adds the group's options to the command's own and hands it one instance of the group. The choices a
-user names (policies, adapters) are enums generated from the tuples that define them.
+adds the group's options to the command's own and hands it one instance of the group. Every such command also
+takes `--otel` (`Telemetry`), which `with_options` acts on before the command runs. The choices a user names
+(policies, adapters) are enums generated from the tuples that define them.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
            "EXIT_USAGE", "KINDS", "AdapterName", "HumanOption", "ModelChoice", "Policy", "RunOptions", "ShellGrant",
-           "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program", "name_value_pairs", "people",
-           "with_options"]
+           "Telemetry", "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program",
+           "name_value_pairs", "people", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
@@ -199,6 +200,22 @@ class ShellGrant:
         return {"system:execute_shell_command": shell_command_tool(executables=self.allow_executable or None)}
 
 
+@dataclass(frozen=True)
+class Telemetry:
+    """Whether the command's loop runs are traced (`loops.tracing`): an option of every command that runs one."""
+
+    otel: Annotated[bool, typer.Option(
+        "--otel", help="Send every loop run as OpenTelemetry spans (GenAI conventions) over OTLP/HTTP to "
+        "OTEL_EXPORTER_OTLP_ENDPOINT [default endpoint: http://localhost:4318], as service OTEL_SERVICE_NAME "
+        "[default: loops]; needs loops[tracing]")] = False
+
+    def start(self) -> None:
+        if self.otel:
+            from loops.tracing import enable
+
+            enable(otlp=True)
+
+
 _GROUPS = (ModelChoice, RunOptions, ShellGrant)
 
 
@@ -211,7 +228,8 @@ def _group_parameters(group: type) -> tuple[inspect.Parameter, ...]:
 
 def with_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """`command` with the options of each group it names by type (`choice: ModelChoice`, `run: RunOptions`)
-    added after its own, and called with one instance of each group built from them."""
+    added after its own, and called with one instance of each group built from them; and with `--otel`
+    (`Telemetry`), which turns tracing on before the command runs."""
     signature = inspect.signature(command, eval_str=True)
     groups = {name: parameter.annotation for name, parameter in signature.parameters.items()
               if parameter.annotation in _GROUPS}
@@ -222,9 +240,10 @@ def with_options(command: Callable[..., Any]) -> Callable[..., Any]:
         for name, group in groups.items():
             values[name] = group(**{parameter.name: values.pop(parameter.name)
                                     for parameter in _group_parameters(group)})
+        Telemetry(**{parameter.name: values.pop(parameter.name) for parameter in _group_parameters(Telemetry)}).start()
         return command(**values)
 
-    added = [parameter for group in groups.values() for parameter in _group_parameters(group)]
+    added = [parameter for group in (*groups.values(), Telemetry) for parameter in _group_parameters(group)]
     with_groups.__signature__ = signature.replace(parameters=[*own, *added])  # what typer reads
     return with_groups
 

@@ -47,7 +47,9 @@ def list_runs(checkpoint: CheckpointArgument) -> None:
 
 
 @app.command()
-def show(checkpoint: CheckpointArgument, run_id: RunArgument) -> None:
+def show(checkpoint: CheckpointArgument, run_id: RunArgument, page: Annotated[Path | None, typer.Option(
+        "--html", metavar="FILE", help="Also write the run's timeline to this HTML page (who ran when, tokens and "
+        "cost, pauses and limits; needs loops[notebooks])")] = None) -> None:
     """Every recorded call of one run (role, iteration, seconds, LM calls, tokens, outputs; a person's answers
     marked), and the question it waits on when it paused for a person."""
     from loops.checkpoint import unpack
@@ -61,8 +63,10 @@ def show(checkpoint: CheckpointArgument, run_id: RunArgument) -> None:
     table = Table(title=f"run {run_id}")
     for column in ("#", "role", "iteration", "seconds", "LM calls", "tokens in/out", "outputs"):
         table.add_column(column, overflow="fold")
+    steps = []
     for call in store.calls(run_id):
         _, step, _, _ = unpack(call)
+        steps.append(step)
         tokens = f"{step.tokens['input']}/{step.tokens['output']}" if step.tokens else "-"
         role = step_role(step)
         table.add_row(str(call.seq + 1), f"  {role} (in a phase)" if call.nested else role, str(step.iteration),
@@ -72,6 +76,25 @@ def show(checkpoint: CheckpointArgument, run_id: RunArgument) -> None:
     if question is not None:
         console.print(Panel(Text(question.text()), title=f"run {run_id} waits for a person", expand=False))
         console.print(Text(f"answer: loops runs answer {checkpoint} {run_id} {question.usage()}"))
+    if page is not None:
+        _write_timeline(page, store, run_id, steps, question)
+
+
+def _write_timeline(page: Path, store: SQLiteStore, run_id: str, steps: list, question: object) -> None:
+    import dspy
+
+    from loops.errors import ConfigurationError
+    from loops.notebook import timeline_html
+
+    ended = next(run.stop_reason for run in store.runs() if run.run_id == run_id) or "unfinished"
+    text = timeline_html(dspy.Prediction(trace=steps, stop_reason=ended, question=question),
+                         title=f"run {run_id}: {ended}")
+    try:
+        page.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"--html {str(page)!r} cannot be written ({exc.strerror or exc}); give a path in a "
+                                 "writable directory") from None
+    console.print(Text(f"the run's timeline: {page}"))
 
 
 @app.command()

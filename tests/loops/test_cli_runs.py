@@ -67,3 +67,19 @@ def test_run_id_without_checkpoint_and_an_unknown_run_are_usage_errors(lms, tmp_
     missing = invoke("runs", "show", str(tmp_path / "runs.db"), "nope")
     assert missing.exit_code == 2 and "no run 'nope'" in missing.stderr
     assert invoke("runs", "list", str(tmp_path / "none.db")).exit_code == 2
+
+
+def test_runs_show_html_writes_the_runs_timeline_as_a_page(lms, tmp_path):
+    pytest.importorskip("matplotlib", reason="the notebooks extra is installed by the README's test command")
+    db, page = str(tmp_path / "runs.db"), tmp_path / "run.html"
+    invoke("refine", "A slogan", "--model", "scripted", "--max-iterations", "2", "--checkpoint", db, "--run-id", "r")
+
+    shown = invoke("runs", "show", db, "r", "--html", str(page))
+
+    assert shown.exit_code == 0, shown.output
+    assert f"the run's timeline: {page}" in " ".join(shown.stdout.split())
+    text = page.read_text()
+    assert "<title>run r: max_iterations</title>" in text and "<svg" in text
+    assert text.count("<tr><td>") == 4 and "needs revision (2/3 criteria)" in text
+    unwritable = invoke("runs", "show", db, "r", "--html", str(tmp_path / "missing" / "run.html"))
+    assert unwritable.exit_code == 2 and "--html" in unwritable.output and "cannot be written" in unwritable.output
