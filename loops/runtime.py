@@ -85,7 +85,8 @@ STOP_REASONS: Mapping[str, str] = {
     "no_progress": "every candidate of an iteration repeated code already tried (Execute–Validate)",
     "max_iterations": "the iteration budget ran out",
     "timeout": "the run's wall-clock budget (timeout_s) ran out",
-    "context_limit": "the role histories reached max_context_chars",
+    "context_limit": "the role histories reached max_context_chars, or a prompt would not fit the model's context "
+                     "window (the embedded model's, counted before it is sent)",
     "lm_calls": "the LM request budget (max_lm_calls) ran out",
     "tokens": "the token budget (max_tokens, input plus output as the LMs report them) ran out",
     "cost": "the cost budget (max_cost_usd) ran out",

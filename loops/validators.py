@@ -325,6 +325,7 @@ class ShellValidator:
     - ``clean_env=True`` gives the command only the variables of `SAFE_ENVIRONMENT` (PATH, HOME,
       the user, the locale, TMPDIR, ...; no keys), plus ``env``; otherwise ``env`` is added on top
       of this process's environment.
+    - ``what`` is what its errors call the command ("test command"; the DSL's shell tool: "command").
 
     The ``iteration`` argument is accepted for the validator protocol and otherwise unused.
     Raises `CommandNotFoundError` when the executable does not exist (``shell=False``); `check`
@@ -340,6 +341,7 @@ class ShellValidator:
         shell: bool = False,
         clean_env: bool = False,
         env: Mapping[str, str] | None = None,
+        what: str = "test command",
     ):
         if not _is_seconds(timeout_s) or timeout_s == float("inf"):
             # NaN included: it compares false with everything, so it would never time out nor cap the run's time.
@@ -354,6 +356,7 @@ class ShellValidator:
         self.shell = shell
         self.clean_env = clean_env
         self.env = dict(env or {})
+        self.what = what
 
     @property
     def cwd(self) -> Path:
@@ -448,19 +451,23 @@ class ShellValidator:
         )
 
     def _argv(self, command: str) -> list[str]:
+        what = self.what
         if command is None:
-            raise ConfigurationError("test command is empty (None); give the command the validator should run")
+            raise ConfigurationError(f"the {what} is empty (None); give the command to run")
         if not isinstance(command, str):
-            raise ConfigurationError(f"the test command must be a string, got {command!r:.80} "
+            raise ConfigurationError(f"the {what} must be a string, got {command!r:.80} "
                                      f"({type(command).__name__}); e.g. 'python -m pytest -q'")
         if not command.strip():
-            raise ConfigurationError("test command is empty; give the command the validator should run")
+            raise ConfigurationError(f"the {what} is empty; give the command to run")
+        if "\0" in command:  # no command line can carry one: the OS would refuse it when the command starts
+            raise ConfigurationError(f"the {what} {command!r:.80} holds a NUL character (\\x00), which no command "
+                                     "line can carry; remove it")
         if self.shell:
             return ["/bin/sh", "-c", command]
         try:
             argv = shlex.split(command)
         except ValueError as exc:
-            raise ConfigurationError(f"cannot split test command {command!r}: {exc}") from exc
+            raise ConfigurationError(f"cannot split the {what} {command!r}: {exc}") from exc
         return argv
 
     def _environment(self) -> dict[str, str]:

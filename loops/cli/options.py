@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     import dspy
 
 __all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
-           "EXIT_USAGE", "KINDS", "AdapterName", "HumanOption", "ModelChoice", "Policy", "RunOptions", "ShellGrant",
-           "Telemetry", "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program",
-           "name_value_pairs", "people", "with_options"]
+           "EXIT_USAGE", "KINDS", "AdapterName", "CheckpointOption", "HumanOption", "ModelChoice", "Policy",
+           "RunOptions", "ShellGrant", "Telemetry", "TimeoutOption", "TraceOption", "console", "dsl_errors_exit_usage",
+           "exit_code", "kind_class", "load_program", "name_value_pairs", "people", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
@@ -141,17 +141,24 @@ class ModelChoice:
         return resolve(self.model, **options)
 
 
+# The options a batch shares with a single run, declared once (`loops batch` takes them for each example's run).
+TimeoutOption = Annotated[float, typer.Option(
+    "--timeout", callback=_check_timeout, help="Wall-clock limit of the whole loop (a batch: of each example's), in "
+    "seconds")]
+TraceOption = Annotated[Path | None, typer.Option(
+    "--trace", help="Write every role call to this JSONL file as it finishes (a batch: with its example's id)")]
+CheckpointOption = Annotated[Path | None, typer.Option(
+    "--checkpoint", help="Record every role call in this SQLite file, so that an interrupted run resumes from it "
+    "without repeating calls: with --run-id (a batch: each example's run is recorded under its id)")]
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """The limits of one run and where it is recorded: the options of every command that runs a loop."""
 
-    timeout: Annotated[float, typer.Option(
-        "--timeout", callback=_check_timeout, help="Wall-clock limit of the whole loop, in seconds")] = 300.0
-    trace: Annotated[Path | None, typer.Option(
-        "--trace", help="Write every role call to this JSONL file as it finishes")] = None
-    checkpoint: Annotated[Path | None, typer.Option(
-        "--checkpoint", help="Record every role call in this SQLite file; with --run-id, resume that run from "
-        "it")] = None
+    timeout: TimeoutOption = 300.0
+    trace: TraceOption = None
+    checkpoint: CheckpointOption = None
     run_id: Annotated[str | None, typer.Option(
         "--run-id", help="Name of this run in --checkpoint: running again with it resumes without repeating "
         "calls")] = None
