@@ -235,12 +235,13 @@ def name_value_pairs(items: list[str], option: str, example: str) -> list[tuple[
     pairs: dict[str, str] = {}
     for item in items:
         name, equals, value = item.partition("=")
-        if not equals or not name.strip():
+        name = name.strip()
+        if not equals or not name:
             raise ConfigurationError(f"{option} takes name=value (e.g. {option} {example}), got {item!r}")
-        if name.strip() in pairs:
-            raise ConfigurationError(f"{option} {name.strip()}= is given twice ({pairs[name.strip()]!r}, then "
-                                     f"{value!r}): give each name once")
-        pairs[name.strip()] = value
+        if name in pairs:
+            raise ConfigurationError(f"{option} {name}= is given twice ({pairs[name]!r}, then {value!r}): give each "
+                                     "name once")
+        pairs[name] = value
     return list(pairs.items())
 
 
