@@ -1,7 +1,9 @@
 """Checkpoints on real SQLite files and real processes (`loops.checkpoint`): a file or record that cannot be
-read is one clear error before any LM call; storage that fails mid-run ends the run gracefully with its work;
-one run at a time per run id, and a killed owner never blocks the resume; the cost budget holds across a
-kill and a resume."""
+read, a damaged page anywhere, is one clear error before any LM call; a normal exit leaves the file whole on
+its own; a read-only file (a read-only bind mount) is listed, shown and replayed; storage that fails mid-run
+ends the run gracefully with its work; one run at a time per run id, and a killed owner never blocks the
+resume; the cost budget holds across a kill and a resume; runs pruned leave a compact file whose kept runs
+replay."""
 
 from __future__ import annotations
 
