@@ -16,7 +16,7 @@ import dspy
 
 from loops import context
 from loops.budget import Budget, RetryPolicy
-from loops.checkpoint import CheckpointStore, Replay, open_store, stable_hash
+from loops.checkpoint import CheckpointStore, Replay, stable_hash
 from loops.contracts import MISSING, InputContract, PhaseContract, not_text
 from loops.errors import ConfigurationError
 from loops.lm import resolve
@@ -287,7 +287,7 @@ class LoopModule(dspy.Module):
                 raise ConfigurationError(f"run_id={run_id!r} needs a checkpoint: pass checkpoint='runs.db' (or a "
                                          "store) to the module or the call")
             # Last: it claims the run id, which the run gives up when it ends (`Run.active`).
-            replay = Replay(open_store(store), run_id, self.fingerprint(), stable_hash(inputs))
+            replay = Replay(store, run_id, self.fingerprint(), stable_hash(inputs))
         return Run(
             module=self,
             budget=budget,

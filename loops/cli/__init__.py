@@ -99,7 +99,8 @@ app.command()(patterns.direct)
 app.command("run")(programs.run_program)
 app.command()(programs.repl)
 app.add_typer(runs.app, name="runs", help="The runs a --checkpoint file holds: `loops runs list FILE`, "
-              "`loops runs show FILE RUN_ID`, `loops runs answer FILE RUN_ID --set FIELD=VALUE`")
+              "`loops runs show FILE RUN_ID`, `loops runs answer FILE RUN_ID --set FIELD=VALUE`, `loops runs delete "
+              "FILE RUN_ID...`, `loops runs prune FILE --older-than 30d`")
 app.command("optimize")(datasets.optimize_command)
 app.command("eval")(datasets.eval_command)
 app.command("batch")(datasets.batch_command)

@@ -256,14 +256,19 @@ def with_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def name_value_pairs(items: list[str], option: str, example: str) -> list[tuple[str, str]]:
-    """`name=value` items of a repeatable option, split; one without a name or an `=` is a usage error."""
-    pairs = []
+    """`name=value` items of a repeatable option, split; one without a name or an `=`, and a name given twice
+    (which of the two was meant?), are usage errors."""
+    pairs: dict[str, str] = {}
     for item in items:
         name, equals, value = item.partition("=")
-        if not equals or not name.strip():
+        name = name.strip()
+        if not equals or not name:
             raise ConfigurationError(f"{option} takes name=value (e.g. {option} {example}), got {item!r}")
-        pairs.append((name.strip(), value))
-    return pairs
+        if name in pairs:
+            raise ConfigurationError(f"{option} {name}= is given twice ({pairs[name]!r}, then {value!r}): give each "
+                                     "name once")
+        pairs[name] = value
+    return list(pairs.items())
 
 
 def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Module:
