@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 LOCK := requirements.lock
 LOCK_LOCAL := requirements-local.lock
 DEMO_REQUIREMENTS ?= Write a two-sentence product description for a reusable water bottle.
-EXTRAS := local,dev,server,optimize,ray,notebooks
+EXTRAS := local,dev,server,optimize,ray,notebooks,tracing,tracing-e2e
 comma := ,
 
 .PHONY: demo test lock test-latest clean

@@ -25,7 +25,7 @@ from typing import Any
 import dspy
 
 from loops.budget import Budget
-from loops.contracts import CREATOR_CRITIC, verdict_approved, verdict_feedback
+from loops.contracts import CREATOR_CRITIC, CREATOR_CRITIC_INPUTS, MISSING, verdict_approved, verdict_feedback
 from loops.errors import ConfigurationError
 from loops.junk import is_junk
 from loops.module import LoopModule
@@ -56,6 +56,7 @@ class CreatorCriticIterator(LoopModule):
     """
 
     contracts = CREATOR_CRITIC
+    input_contract = CREATOR_CRITIC_INPUTS
     aliases = {"final_draft": "final", "approved": "success"}
 
     def __init__(self, max_iterations: int | None = None, creator: Any = None, critic: Any = None,
@@ -73,21 +74,16 @@ class CreatorCriticIterator(LoopModule):
             ("iterator", iterator, lambda: dspy.Predict(IteratorSignature)),
         ) if self._set_phase(role, phase, builtin))
 
-    def forward(self, requirements: Any, context: Any = "", **limits: Any) -> dspy.Prediction:
-        self._check_inputs(requirements, context)
-        return self._forward(limits, requirements=requirements, context=context)
+    def forward(self, requirements: Any = MISSING, context: Any = "", **limits: Any) -> dspy.Prediction:
+        inputs = {"requirements": requirements, "context": context}
+        return self._forward(limits, **self._checked_inputs(limits, inputs))
 
-    async def aforward(self, requirements: Any, context: Any = "", **limits: Any) -> dspy.Prediction:
-        self._check_inputs(requirements, context)
-        return await self._aforward(limits, requirements=requirements, context=context)
+    async def aforward(self, requirements: Any = MISSING, context: Any = "", **limits: Any) -> dspy.Prediction:
+        inputs = {"requirements": requirements, "context": context}
+        return await self._aforward(limits, **self._checked_inputs(limits, inputs))
 
-    def _check_inputs(self, requirements: Any, context: Any) -> None:
-        """The built-in roles read text; custom phases take whatever their caller passes, but not None."""
-        text = bool(self._builtin)
-        if requirements is None or (text and not (isinstance(requirements, str) and requirements.strip())):
-            raise ConfigurationError(f"requirements must be a non-empty str, got {requirements!r:.100}")
-        if context is None or (text and not isinstance(context, str)):
-            raise ConfigurationError(f"context must be a str (it may be empty), got {context!r:.100}")
+    def _builtin_phases(self) -> frozenset[str]:
+        return self._builtin
 
     def settings(self) -> dict[str, Any]:
         """How the built-in creator and iterator write in a run started now: the explicit choices, else

@@ -25,7 +25,7 @@ from typing import Any
 
 import dspy
 
-from loops.contracts import DIRECTOR, decision, outcome_passed
+from loops.contracts import DIRECTOR, DIRECTOR_INPUTS, MISSING, decision, outcome_passed
 from loops.errors import ConfigurationError, RoleFailed
 from loops.junk import is_junk
 from loops.module import LoopModule
@@ -65,6 +65,7 @@ class DirectorExecutorEvaluatorController(LoopModule):
     """
 
     contracts = DIRECTOR
+    input_contract = DIRECTOR_INPUTS
 
     def __init__(self, max_iterations: int | None = None, director: Any = None, executor: Any = None,
                  evaluator: Any = None, controller: Any = None, *, plain_text: bool | None = None,
@@ -82,17 +83,14 @@ class DirectorExecutorEvaluatorController(LoopModule):
             ("controller", controller, lambda: dspy.Predict(LoopControllerSignature)),
         ) if self._set_phase(role, phase, builtin))
 
-    def forward(self, initial_input: Any, **limits: Any) -> dspy.Prediction:
-        self._check_input(initial_input)
-        return self._forward(limits, initial_input=initial_input)
+    def forward(self, initial_input: Any = MISSING, **limits: Any) -> dspy.Prediction:
+        return self._forward(limits, **self._checked_inputs(limits, {"initial_input": initial_input}))
 
-    async def aforward(self, initial_input: Any, **limits: Any) -> dspy.Prediction:
-        self._check_input(initial_input)
-        return await self._aforward(limits, initial_input=initial_input)
+    async def aforward(self, initial_input: Any = MISSING, **limits: Any) -> dspy.Prediction:
+        return await self._aforward(limits, **self._checked_inputs(limits, {"initial_input": initial_input}))
 
-    def _check_input(self, initial_input: Any) -> None:
-        if initial_input is None or ("director" in self._builtin and not _text(initial_input).strip()):
-            raise ConfigurationError(f"initial_input must be a goal (a non-empty value), got {initial_input!r:.100}")
+    def _builtin_phases(self) -> frozenset[str]:
+        return self._builtin
 
     def settings(self) -> dict[str, Any]:
         """How the built-in executor writes in a run started now: the explicit choices, else

@@ -29,7 +29,15 @@ from loops.code.defaults import POLICIES, Policy, code_loop_defaults
 from loops.code.draws import Draw, draws
 from loops.code.python import align_names, extract_code, failure_digest, module_the_tests_import, read_interface
 from loops.code.requests import code_request, next_request
-from loops.contracts import EXECUTE_VALIDATE, as_validation, decision, files_of, outcome_passed
+from loops.contracts import (
+    EXECUTE_VALIDATE,
+    EXECUTE_VALIDATE_INPUTS,
+    MISSING,
+    as_validation,
+    decision,
+    files_of,
+    outcome_passed,
+)
 from loops.errors import ConfigurationError, RoleFailed
 from loops.module import LoopModule
 from loops.runtime import RoleCalls, Run, predictor_of
@@ -136,6 +144,7 @@ class ExecuteValidateController(LoopModule):
     """
 
     contracts = EXECUTE_VALIDATE
+    input_contract = EXECUTE_VALIDATE_INPUTS
 
     def __init__(
         self,
@@ -195,13 +204,14 @@ class ExecuteValidateController(LoopModule):
             self.contracts["validator"].check(validator)
         self.validator = validator
 
-    def forward(self, initial_input: Any, test_command: str | None = None, **limits: Any) -> dspy.Prediction:
-        test_command = self._check_inputs(initial_input, test_command)
-        return self._forward(limits, initial_input=initial_input, test_command=test_command)
+    def forward(self, initial_input: Any = MISSING, test_command: Any = MISSING, **limits: Any) -> dspy.Prediction:
+        inputs = {"initial_input": initial_input, "test_command": test_command}
+        return self._forward(limits, **self._checked_inputs(limits, inputs))
 
-    async def aforward(self, initial_input: Any, test_command: str | None = None, **limits: Any) -> dspy.Prediction:
-        test_command = self._check_inputs(initial_input, test_command)
-        return await self._aforward(limits, initial_input=initial_input, test_command=test_command)
+    async def aforward(self, initial_input: Any = MISSING, test_command: Any = MISSING,
+                       **limits: Any) -> dspy.Prediction:
+        inputs = {"initial_input": initial_input, "test_command": test_command}
+        return await self._aforward(limits, **self._checked_inputs(limits, inputs))
 
     def settings(self) -> dict[str, Any]:
         """The policy, samples per iteration, worked examples, penalty variants and analyst use a run
@@ -250,16 +260,14 @@ class ExecuteValidateController(LoopModule):
         predictor, _ = predictor_of(getattr(self, role, None))
         return predictor.lm if predictor is not None and predictor.lm is not None else dspy.settings.lm
 
-    def _check_inputs(self, initial_input: Any, test_command: Any) -> str:
-        """The test command the run passes on ("" when a validator of the caller's own needs none). A developer's
-        mistake raises here, before any LM call: a missing input, no test command for the built-in validator, an
-        executable that does not exist, a target file outside the workspace."""
-        if test_command is None and self.validator is None:
-            raise ConfigurationError("test_command is None: the built-in validator runs it in the workspace; give "
-                                     "the command whose exit code 0 means done (e.g. 'python -m pytest -q'), or a "
-                                     "validator= of your own, which needs none")
-        if initial_input is None:
-            raise ConfigurationError("initial_input is None: give the task (a str, or a dict with a 'prompt' str)")
+    def _builtin_phases(self) -> frozenset[str]:
+        return frozenset(role for role, builtin in (("executor", self._builtin_executor),
+                                                    ("validator", self.validator is None)) if builtin)
+
+    def _check_inputs(self, initial_input: Any, test_command: Any) -> None:
+        """Inputs that fit the contract, before any LM call: an executable that does not exist, a target file
+        outside the workspace, a task dict the built-in executor cannot read. (A validator of the caller's own
+        needs no test command: the contract gives it "".)"""
         if self._builtin_executor:
             target = code_request(initial_input).target_file or self.target_file or DEFAULT_TARGET_FILE
             try:
@@ -268,7 +276,6 @@ class ExecuteValidateController(LoopModule):
                 raise ConfigurationError(f"the target file cannot be written: {error}") from None
         if self.validator is None:
             self._shell.check(test_command)
-        return "" if test_command is None else test_command
 
     def _workspace_root(self) -> Path | None:
         """The resolved directory the runs write into, None when each run gets a fresh temporary one."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import shlex
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -19,7 +21,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from loops.cli.options import ModelChoice, console, exit_code, new_run_id
+from loops.cli.options import EXIT_INTERRUPTED, ModelChoice, console, exit_code, new_run_id
 from loops.context import observing
 from loops.errors import ConfigurationError
 
@@ -29,33 +31,41 @@ if TYPE_CHECKING:
     from loops.person import Question
     from loops.runtime import Step
 
-__all__ = ["LiveProgress", "TraceFile", "finish_report", "open_trace", "report", "run_with_progress", "show_question"]
+__all__ = ["LiveProgress", "TraceFile", "finish_report", "open_trace", "report", "run_with_progress",
+           "say_interrupted", "show_question"]
 
 
 class TraceFile:
     """The `--trace` file: one JSON line per finished role call (`"record": "step"`, the step's fields,
     `Step.to_dict`), then one that sums the run up (`"record": "summary"`: its stop reason, success, iterations,
-    LM calls, tokens, cost, warnings and wall time), each with the run's id and the time it was written (UTC,
-    ISO 8601). Runs are appended, so one file can hold many; their `run_id` tells them apart."""
+    LM calls, tokens, cost, warnings and wall time, and the error that ended it if one did), each with the run's
+    id and the time it was written (UTC, ISO 8601), and what else names the run (`about`: a batch's example id,
+    `"example"`). Runs are appended, so one file can hold many; their `run_id` tells them apart."""
 
-    def __init__(self, file: IO[str], run_id: str):
+    def __init__(self, file: IO[str], run_id: str, **about: Any):
         self.file = file
         self.run_id = run_id
+        self.about = about
 
     def step(self, step: Step) -> None:
         self._write("step", step.to_dict())
 
-    def summary(self, result: dspy.Prediction, seconds: float) -> None:
+    def summary(self, result: Any, seconds: float, error: str | None = None) -> None:
+        """The run's last record: `result` its prediction, or a batch's record of its example (`loops.batch`),
+        None when the run ended without one (`error` says how: interrupted, or what it raised)."""
+        result = {} if result is None else result
+        error = error or result.get("error")
         self._write("summary", {
-            "stop_reason": result.stop_reason, "success": bool(result.success), "iterations": result.iterations,
-            "lm_calls": result.lm_calls, "replayed": result.get("replayed"), "cached": result.get("cached"),
-            "tokens": result.get("tokens"), "cost_usd": result.get("cost_usd"), "warnings": list(result.warnings),
-            "seconds": round(seconds, 3)})
+            "stop_reason": result.get("stop_reason"), "success": bool(result.get("success")),
+            "iterations": result.get("iterations"), "lm_calls": result.get("lm_calls"),
+            "replayed": result.get("replayed"), "cached": result.get("cached"), "tokens": result.get("tokens"),
+            "cost_usd": result.get("cost_usd"), "warnings": list(result.get("warnings") or []),
+            **({"error": error} if error else {}), "seconds": round(seconds, 3)})
 
     def _write(self, record: str, fields: dict[str, Any]) -> None:
         written = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
-        self.file.write(json.dumps({"record": record, "run_id": self.run_id, "time": written, **fields},
-                                   default=str) + "\n")
+        self.file.write(json.dumps({"record": record, "run_id": self.run_id, "time": written, **self.about,
+                                    **fields}, default=str) + "\n")
         self.file.flush()
 
 
@@ -165,13 +175,37 @@ def run_with_progress(module: dspy.Module, model: dspy.BaseLM | ModelChoice, tra
                     result = module(**inputs)
                 finally:  # a run that raised (an error in a DSL program) leaves no spinner behind
                     progress.running = None
+        except KeyboardInterrupt:
+            interrupted = True
+        else:
+            interrupted = False
         finally:
             if progress.table.row_count:
                 console.print()
         seconds = time.monotonic() - started
         if trace_file is not None:
-            trace_file.summary(result, seconds)
+            trace_file.summary(None if interrupted else result, seconds,
+                               "interrupted (Ctrl-C)" if interrupted else None)
+    if interrupted:  # said once the trace is closed and the LM's connections are gone
+        say_interrupted(trace, inputs.get("checkpoint"), inputs.get("run_id"))
     return result, seconds
+
+
+def say_interrupted(trace: Path | None, checkpoint: str | None, run_id: str | None) -> NoReturn:
+    """Ctrl-C during a run: what is kept, and the command that resumes it; exit code 130, as for `loops batch`."""
+    if checkpoint is not None:
+        resume = shlex.join(["loops", *sys.argv[1:], *([] if _gives_run_id(sys.argv[1:]) else ["--run-id", run_id])])
+        kept = (f"the role calls that finished are kept in {checkpoint}, run {run_id!r}; `{resume}` resumes it "
+                "without repeating them")
+    else:
+        kept = "nothing is kept to resume from (no --checkpoint FILE, which an interrupted run resumes from)"
+    held = f"; {trace} holds the role calls that finished" if trace is not None else ""
+    typer.echo(f"interrupted: {kept}{held}", err=True)
+    raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _gives_run_id(arguments: list[str]) -> bool:
+    return any(argument == "--run-id" or argument.startswith("--run-id=") for argument in arguments)
 
 
 def open_trace(trace: Path) -> IO[str]:

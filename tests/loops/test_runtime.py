@@ -5,6 +5,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import random
 import shlex
 import sys
@@ -31,6 +32,7 @@ from loops import (
     Step,
     Workspace,
 )
+from loops.checkpoint import MemoryStore
 from loops.errors import DeadlinePassed
 from loops.lm import LlamaEngine
 from loops.runtime import RESULT_FIELDS, failure_action
@@ -146,13 +148,25 @@ MISTAKES = {
     "requirements=None": ("creator_critic", {}, {"requirements": None}, ConfigurationError,
                           "requirements must be a non-empty str"),
     "initial_input=None (EVC)": ("execute_validate", {}, {"initial_input": None}, ConfigurationError,
-                                 "initial_input is None"),
+                                 "initial_input must be a task"),
     "initial_input=None (Director)": ("director", {}, {"initial_input": None}, ConfigurationError,
                                       "initial_input must be a goal"),
     "a missing executable": ("execute_validate", {}, {"test_command": "no-such-tool-xyz -q"}, CommandNotFoundError,
                              "executable 'no-such-tool-xyz' not found"),
     "a target file outside the workspace": ("execute_validate", {"target_file": "../../escape.py"}, {},
                                             ConfigurationError, "(is outside|escapes) the workspace"),
+    "a byte that is not UTF-8 (a command line's)": (
+        "creator_critic", {}, {"requirements": os.fsdecode(b"A haiku \xff")}, ConfigurationError,
+        r"^requirements is not UTF-8 text: it holds the byte 0xff \(not UTF-8\) at character 9$"),
+    "a lone surrogate": ("director", {}, {"initial_input": "A goal \ud800"}, ConfigurationError,
+                         r"^initial_input is not UTF-8 text: it holds a lone surrogate U\+D800 \(no character\)"),
+    "a NUL in the test command": ("execute_validate", {}, {"test_command": "true\x00"}, ConfigurationError,
+                                  r"holds a NUL character \(\\x00\), which no command line can carry"),
+    "a misspelt input": ("creator_critic", {}, {"requirement": "a haiku"}, ConfigurationError,
+                         r"unknown input or option 'requirement' \(did you mean 'requirements'\?\)"),
+    "a run id that is not UTF-8": ("creator_critic", {}, {"checkpoint": MemoryStore(), "run_id": os.fsdecode(b"r\xff")},
+                                   ConfigurationError, r"run_id must be a non-empty str of UTF-8 text, got 'r\\udcff' "
+                                   r"\(it holds the byte 0xff \(not UTF-8\) at character 2\)"),
 }
 
 
@@ -171,6 +185,20 @@ def test_a_developers_mistake_raises_before_any_lm_call(mistake, tmp_path):
     with context, pytest.raises(error, match=message):
         module(**{**inputs, **overrides})
 
+    assert requests(lm) == 0
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_a_call_without_its_inputs_raises_one_configuration_error_naming_each(pattern, tmp_path):
+    module, inputs = build(pattern, tmp_path)
+    lm = scripted_lm(responder())
+
+    with dspy.context(lm=lm), pytest.raises(ConfigurationError) as raised:
+        module()
+
+    said = str(raised.value)
+    assert said == "; ".join(module.input_contract.inputs[name].missing(name) for name in inputs), said
+    assert all(f"no {name!r} ({module.input_contract.inputs[name].about}): it is required" in said for name in inputs)
     assert requests(lm) == 0
 
 
@@ -211,6 +239,8 @@ class RefusingLM(dspy.BaseLM):
         raise self.error
 
 
+# RefusingLM is DSPy's legacy BaseLM.forward interface on purpose (no error translation), which DSPy 3.4 warns of.
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize("error", [
     AuthError("invalid api key", provider="openai"), UnknownModelError("no such model"),
     UnsupportedModelError("unsupported"), AuthenticationError("invalid api key"), NotFoundError("model not found"),
