@@ -113,8 +113,8 @@ def test_never_approved_stops_at_max_iterations_with_exact_calls(max_iterations)
     assert result.iterations == max_iterations
     assert result.stop_reason == "max_iterations"
     assert result.approved is False
-    assert result.final_draft == drafts[-1]  # all judged equal: ties go to the latest
-    assert result.best_attempt["iteration"] == max_iterations
+    assert result.final_draft == drafts[0]  # all judged equal: the earlier draft is kept (a revision must be better)
+    assert result.best_attempt["iteration"] == 1
     assert result.warnings == [f"stopped at max_iterations={max_iterations}"]
 
 
@@ -160,7 +160,7 @@ def test_a_budget_given_to_the_constructor_is_not_overridden_by_a_default_max_it
 
     result = module(requirements="r")
 
-    assert (result.iterations, result.stop_reason, result.final) == (7, "max_iterations", "D6")
+    assert (result.iterations, result.stop_reason, result.final) == (7, "max_iterations", "D0")  # all equal
     assert call_counts(lms) == {"creator": 1, "critic": 7, "iterator": 6}
     assert module.budget.max_iterations == 7
 
@@ -298,7 +298,7 @@ def test_a_verdict_that_approves_but_fails_a_criterion_is_not_approved_and_is_no
     assert call_counts(lms) == {"creator": 1, "critic": 2, "iterator": 1}
     first_review = result.trace[1]
     assert first_review.role == "critic"
-    assert first_review.note == "the critic approved but failed quality: not approved"
+    assert first_review.note == "the critic approved, but quality failed: not approved"
     assert first_review.outputs["approved"] is True  # the trace shows what the critic said
     assert result.trace[3].note is None
     assert result.warnings == ["iteration 1: the critic's verdict contradicts itself (approved, but quality "
@@ -318,13 +318,19 @@ def test_a_contradicting_verdict_at_the_last_iteration_does_not_count_as_success
     assert len(result.warnings) == 2  # the contradiction, then max_iterations
 
 
-def test_all_criteria_passed_without_approved_is_not_approved():
-    module, _ = loop_with([created("D0")], [{**verdict(passed=3), "approved": False}], [], max_iterations=1)
+def test_all_criteria_passed_without_approved_contradicts_itself_too_and_the_iterator_is_told_what_to_do():
+    # What a notebook hit: all three criteria true, `approved: false`, feedback "True". It is caught as the
+    # other direction is: not approved, noted and warned of, and the iterator gets an instruction, not "True".
+    rejecting = {**verdict(passed=3), "approved": False, "feedback": "True"}
+    module, _ = loop_with([created("D0")], [rejecting, rejecting], [revised("D1")], max_iterations=2)
 
     result = module(requirements="r")
 
     assert (result.success, result.stop_reason) == (False, "max_iterations")
-    assert result.trace[1].note is None
+    assert result.trace[1].note == "the critic not approved, but every criterion passed: not approved"
+    assert result.warnings[0] == ("iteration 1: the critic's verdict contradicts itself (not approved, but every "
+                                  "criterion passed); treated as not approved")
+    assert result.trace[2].inputs["feedback"].startswith("The critic gave no reason: check the draft")
 
 
 # --- forward and aforward, concurrency, histories ------------------------------------------------

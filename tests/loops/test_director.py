@@ -152,8 +152,8 @@ def test_at_max_iterations_final_and_best_attempt_are_the_last_result(max_iterat
         return
     assert result.final == f"R{max_iterations}"  # the LAST result...
     assert result.success is False  # ...judged by its own verdict
-    best = result.best_attempt  # ...and of equal verdicts the best is the latest
-    assert (best["iteration"], best["result"], best["feedback"]) == (max_iterations, f"R{max_iterations}", "FAIL")
+    best = result.best_attempt  # ...and of equal verdicts the best is the earlier (loops.contracts.attempt_rank)
+    assert (best["iteration"], best["result"], best["feedback"]) == (1, "R1", "FAIL")
 
 
 # --- what the controller decides -----------------------------------------------------------------
@@ -239,11 +239,8 @@ def test_an_exception_in_any_phase_ends_the_loop_with_the_earlier_work_kept(fail
     assert roles_and_iterations(result) == expected
     assert result.trace[-1].error == f"ValueError: {failing} broke"
     # Once the second result exists it is `final` (unjudged when the evaluator failed on it); the best
-    # attempt stays the first, judged, unless the second was judged as well.
-    judged_late = failing == "controller"
-    best = 2 if judged_late else 1
-    assert result.best_attempt == {"iteration": best, "plan": f"plan {best}", "result": f"result {best}",
-                                   "feedback": "FAIL"}
+    # attempt stays the first, judged: the second, judged as well (FAIL), is no better.
+    assert result.best_attempt == {"iteration": 1, "plan": "plan 1", "result": "result 1", "feedback": "FAIL"}
     failed_late = failing in ("evaluator", "controller")
     assert (result.final, result.success) == ("result 2" if failed_late else "result 1", False)
     assert phases["director"].args == [("goal", 1), ("input 2", 2)]
