@@ -588,7 +588,8 @@ SPEC_FORMS: dict[str, _Form] = {
 
 def spec_help() -> str:
     """The short forms, one per line, for `--help` and the docs."""
-    return "\n".join(f"{key}{'=' + form.value if form.value else ''}: {form.meaning}" for key, form in SPEC_FORMS.items())
+    return "\n".join(f"{key}{'=' + form.value if form.value else ''}: {form.meaning}"
+                     for key, form in SPEC_FORMS.items())
 
 
 def parse_check(spec: str) -> Check:

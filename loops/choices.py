@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["ADAPTER_NAMES", "POLICIES", "Policy"]
+__all__ = ["ADAPTER_NAMES", "JUDGES", "POLICIES", "Policy"]
 
 Policy = Literal["repair", "fresh", "auto"]
 POLICIES: tuple[str, ...] = get_args(Policy)
 ADAPTER_NAMES = ("chat", "json", "compact")
+# Who approves once a user's checks hold (refine's `critic=`, direct's `evaluator=`): the checks alone, or the LLM.
+JUDGES = ("checks", "llm")

@@ -29,14 +29,16 @@ approved, whatever the LLM says; an empty draft is not even shown to it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import dspy
 
 from loops.budget import Budget
+from loops.choices import JUDGES
 from loops.checks import Check, CheckReport, as_checks, stated_rules
-from loops.code.draws import Draw
+from loops.code.draws import Draw, checked_draws
 from loops.contracts import CREATOR_CRITIC, UNJUDGED, Verdict, attempt_rank, judge
 from loops.errors import ConfigurationError, ContractError
 from loops.junk import is_junk
@@ -47,7 +49,7 @@ from loops.signatures.creator_critic import CRITERIA, CreatorSignature, CriticSi
 
 __all__ = ["CRITIC_CHOICES", "CreatorCriticIterator"]
 
-CRITIC_CHOICES = ("checks", "llm")
+CRITIC_CHOICES = JUDGES
 """What `critic=` may name instead of a phase: the checks alone approve, or the built-in LLM critic after them."""
 
 
@@ -103,7 +105,9 @@ class CreatorCriticIterator(LoopModule):
     LLM critic on any other. `samples=n` draws n candidates per iteration, each checked for free, the
     first that holds every check taken (else the best): in the first iteration the creator's (greedy,
     then seeded samples; `loops.prose.prose_draws`), in later ones the iterator's revision of the best
-    draft, then fresh drafts of the creator with the failed rules restated.
+    draft, then fresh drafts of the creator with the failed rules restated. `draws=[Draw(...), ...]`
+    (`loops.code.Draw`, as the code loop's) gives the candidates themselves instead, in order (saved with
+    the program), and replaces `samples`.
 
     `plain_text=True` has the built-in creator and iterator answer with the text itself (no JSON, no
     reasoning), at most `loops.prose` defaults' `max_tokens`; `examples=True` shows the creator worked
@@ -116,7 +120,8 @@ class CreatorCriticIterator(LoopModule):
 
     def __init__(self, max_iterations: int | None = None, creator: Any = None, critic: Any = None,
                  iterator: Any = None, *, checks: Any = None, samples: int | None = None,
-                 plain_text: bool | None = None, examples: bool | None = None, **options: Any):
+                 draws: Sequence[Draw] | None = None, plain_text: bool | None = None, examples: bool | None = None,
+                 **options: Any):
         super().__init__(max_iterations=max_iterations, **options)
         for name, choice in (("plain_text", plain_text), ("examples", examples)):
             if choice not in (None, True, False):
@@ -128,6 +133,7 @@ class CreatorCriticIterator(LoopModule):
                                 f"'checks' (the checks alone approve) or 'llm' (the built-in critic, after the "
                                 f"checks); got {critic!r}")
         self.checks = as_checks(checks)
+        self.draws = checked_draws(draws, samples=samples)
         self.samples = samples
         self.plain_text = plain_text
         self.examples = examples
@@ -171,6 +177,8 @@ class CreatorCriticIterator(LoopModule):
                                   self._critic, has_checks)
         if "critic" not in self._builtin and self._critic != "checks":
             settings["critic"] = "phase"
+        if self.draws is not None:
+            settings["draws"], settings["samples"] = self.draws, len(self.draws)
         if "creator" not in self._builtin:
             settings["draws"] = (Draw(),) * settings["samples"]  # a custom creator is called as it is
         return settings

@@ -30,6 +30,7 @@ from typing import Any
 
 import dspy
 
+from loops.choices import JUDGES
 from loops.checks import Check, as_checks, stated_rules
 from loops.contracts import DIRECTOR, UNJUDGED, attempt_rank, decision, field_of, judge, outcome_passed
 from loops.errors import ConfigurationError, ContractError, RoleFailed
@@ -47,7 +48,7 @@ from loops.signatures.results import ControllerDecision
 
 __all__ = ["EVALUATOR_CHOICES", "DirectorExecutorEvaluatorController"]
 
-EVALUATOR_CHOICES = ("checks", "llm")
+EVALUATOR_CHOICES = JUDGES
 """What `evaluator=` may name instead of a phase: the checks alone pass a result, or the built-in evaluator after
 them."""
 

@@ -589,12 +589,13 @@ class Run:
         them as a step of `role` whose outputs are the report (`CheckReport.to_dict`): observers and `--trace`
         see which checks held. Free: no LM request, no budget, nothing recorded in a checkpoint (a replay runs
         them again). A check that raises ends the run gracefully (`RoleFailed`); one that returns what no check
-        returns is a developer's mistake (`ContractError`), raised."""
+        returns is a developer's mistake (`ContractError`), raised, as is an error of the library's own (a DSL
+        check's, with its position)."""
         self._notify("role_started", role, self.iteration)
         started = self.clock()
         try:
             report = run_checks(checks, value, floor=floor)
-        except ConfigurationError:
+        except LoopsError:  # a developer's mistake (a check returning no verdict), a DSL program's error: as itself
             raise
         except Exception as error:
             self._record(Step(role, self.iteration, {"value": value}, None, self.clock() - started,

@@ -7,7 +7,18 @@ from typing import Annotated
 
 import typer
 
-from loops.cli.options import HumanOption, ModelChoice, Policy, RunOptions, console, load_program, people, with_options
+from loops.cli.options import (
+    CheckOption,
+    HumanOption,
+    Judge,
+    ModelChoice,
+    Policy,
+    RunOptions,
+    console,
+    load_program,
+    people,
+    with_options,
+)
 from loops.cli.progress import report, run_with_progress
 
 __all__ = ["direct", "fix", "refine"]
@@ -23,12 +34,24 @@ def refine(
     choice: ModelChoice,
     run: RunOptions,
     context: Annotated[str, typer.Option(help="Background context for the creator")] = "",
+    check: CheckOption = None,
+    critic: Annotated[Judge | None, typer.Option(help=(
+        "Who approves a draft once every --check holds: 'checks' (they alone: no critic call) or 'llm' (the "
+        "critic) [default: checks on the embedded model when --check is given, else llm]"))] = None,
+    samples: Annotated[int | None, typer.Option(min=1, max=100, help=(
+        "Candidate drafts per iteration, each checked for free; the first that holds every --check is taken "
+        "[default: several on the embedded model when --check is given, else 1]"))] = None,
     max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help="Revisions at most [default: 3]")] = None,
     program: ProgramOption = None,
     human: HumanOption = None,
 ) -> None:
-    """Creator–Critic–Iterator: draft, then revise until the critic approves."""
-    module = load_program("refine", program, max_iterations=max_iterations, **people("refine", human))
+    """Creator–Critic–Iterator: draft, then revise until the draft is approved: every --check holds, and the
+    critic approves (or, with --critic checks, the checks alone)."""
+    from loops.checks import as_checks
+
+    checks = as_checks(check) or None  # a bad spec: one line, exit 2, before any LM call
+    module = load_program("refine", program, max_iterations=max_iterations, checks=checks,
+                          critic=critic.value if critic else None, samples=samples, **people("refine", human))
     result, seconds = run_with_progress(module, choice, run.trace, requirements=requirements, context=context,
                                         **run.call_options())
     report(result, seconds, f"final draft ({'approved' if result.success else 'not approved'})")
@@ -102,12 +125,21 @@ def direct(
     goal: Annotated[str, typer.Argument(help="What to achieve")],
     choice: ModelChoice,
     run: RunOptions,
+    check: CheckOption = None,
+    evaluator: Annotated[Judge | None, typer.Option(help=(
+        "Who passes a result once every --check holds: 'checks' (they alone: no evaluator call) or 'llm' (the "
+        "evaluator) [default: checks on the embedded model when --check is given, else llm]"))] = None,
     max_iterations: Annotated[int | None, typer.Option(
         min=0, max=1000, help="Plan-execute-evaluate cycles at most [default: 3]")] = None,
     program: ProgramOption = None,
     human: HumanOption = None,
 ) -> None:
-    """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it."""
-    module = load_program("direct", program, max_iterations=max_iterations, **people("direct", human))
+    """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it (never while a
+    --check fails)."""
+    from loops.checks import as_checks
+
+    checks = as_checks(check) or None
+    module = load_program("direct", program, max_iterations=max_iterations, checks=checks,
+                          evaluator=evaluator.value if evaluator else None, **people("direct", human))
     result, seconds = run_with_progress(module, choice, run.trace, initial_input=goal, **run.call_options())
     report(result, seconds, "passed" if result.success else "not passed")

@@ -11,6 +11,7 @@ decoding; a small model's greedy answers to different prompts pass largely diffe
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ import dspy
 from loops.errors import ConfigurationError
 
 __all__ = ["ALL_EXAMPLES", "FRESH_TEMPERATURE", "GREEDY_DRAWS", "PENALIZED_MAX_TOKENS", "WORKED_EXAMPLES", "Draw",
-           "draws", "worked_examples"]
+           "checked_draws", "draws", "worked_examples"]
 
 FRESH_TEMPERATURE = 0.7
 
@@ -122,6 +123,21 @@ def draws(samples: int, examples: bool = False, penalty_variants: bool = False) 
     sampled = [Draw(sampled=True, examples=ALL_EXAMPLES if examples and number % 2 == 1 else ())
                for number in range(samples)]
     return tuple((greedy + sampled)[:samples])
+
+
+def checked_draws(draws: Sequence[Draw] | None, **replaced: Any) -> tuple[Draw, ...] | None:
+    """`draws` as a tuple, once it is a non-empty sequence of `Draw`s given without the options it replaces (a
+    loop's `draws=` gives the candidates themselves: `samples=` and the options choosing them would too)."""
+    if draws is None:
+        return None
+    if isinstance(draws, Draw) or not isinstance(draws, Sequence) or not draws \
+            or not all(isinstance(draw, Draw) for draw in draws):
+        raise ConfigurationError(f"draws must be a non-empty list of loops.code.Draw, got {draws!r:.200}")
+    given = [name for name, value in replaced.items() if value is not None]
+    if given:
+        raise ConfigurationError(f"draws= gives the candidates themselves; {', '.join(given)} would choose them "
+                                 "too: drop one of them")
+    return tuple(draws)
 
 
 @functools.cache
