@@ -36,8 +36,8 @@ from typing import Any
 import dspy
 
 from loops.budget import Budget
-from loops.choices import JUDGES
 from loops.checks import Check, CheckReport, as_checks, stated_rules
+from loops.choices import JUDGES
 from loops.code.draws import Draw, checked_draws
 from loops.contracts import CREATOR_CRITIC, UNJUDGED, Verdict, attempt_rank, judge
 from loops.errors import ConfigurationError, ContractError

@@ -30,8 +30,8 @@ from typing import Any
 
 import dspy
 
-from loops.choices import JUDGES
 from loops.checks import Check, as_checks, stated_rules
+from loops.choices import JUDGES
 from loops.contracts import DIRECTOR, UNJUDGED, attempt_rank, decision, field_of, judge, outcome_passed
 from loops.errors import ConfigurationError, ContractError, RoleFailed
 from loops.junk import is_junk

@@ -11,9 +11,9 @@ import re
 import dspy
 import pytest
 
+from loops.checks import Avoid, CheckReport, Count, Include
 from loops.errors import ConfigurationError
 from loops.junk import is_junk
-from loops.checks import Avoid, CheckReport, Count, Include
 from loops.optimize import writing
 from loops.optimize.writing import (
     WritingTask,
