@@ -26,6 +26,7 @@ pickles (a saved program, a Ray worker) and compares by value:
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import re
@@ -237,7 +238,7 @@ class StartsWith:
         start = _text(value).lstrip()
         if start.startswith(self.text):
             return None
-        return f"starts with {start[:len(self.text) + 10]!r}, not '{self.text}'" if start else \
+        return f"starts with {start[:len(self.text) + 20]!r}, not '{self.text}'" if start else \
             f"is empty, so it does not start with '{self.text}'"
 
 
@@ -258,7 +259,7 @@ class EndsWith:
         end = _text(value).rstrip()
         if end.endswith(self.text):
             return None
-        return f"ends with {end[-(len(self.text) + 10):]!r}, not {_ending(self.text)}" if end else \
+        return f"ends with {end[-(len(self.text) + 20):]!r}, not {_ending(self.text)}" if end else \
             f"is empty, so it does not end with {_ending(self.text)}"
 
 
@@ -501,7 +502,7 @@ def rule_of(check: Check) -> str:
 
 
 def _name(check: Check) -> str:
-    return getattr(check, "__qualname__", None) or getattr(check, "__name__", None) or type(check).__qualname__
+    return getattr(check, "__name__", None) or type(check).__qualname__
 
 
 def _result(check: Check, value: Any) -> CheckResult:
@@ -602,8 +603,9 @@ def parse_check(spec: str) -> Check:
     key = name.strip().lower()
     form = SPEC_FORMS.get(key)
     if form is None:
-        known = ", ".join(SPEC_FORMS)
-        raise ConfigurationError(f"check {spec!r}: unknown check {key!r}; the checks are {known} "
+        near = difflib.get_close_matches(key, SPEC_FORMS, n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise ConfigurationError(f"check {spec!r}: unknown check {key!r}; {hint}the checks are {', '.join(SPEC_FORMS)} "
                                  "(e.g. max-words=40, include=BPA-free)")
     if bool(form.value) != bool(equals):
         wanted = f"{key}={form.value}" if form.value else key
