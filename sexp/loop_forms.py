@@ -25,9 +25,15 @@ one; there is no second loop implementation here.
       (max-iterations 3)
       (requirements "a slogan")
       (context "")                                          ; optional
+      (checks (check:max-words 8) (lambda (draft) ...))     ; optional: run on every draft first
       (creator  (lambda (requirements context iteration) ...))         ; -> a draft
       (critic   (lambda (requirements draft iteration) ...))           ; -> a verdict
       (iterator (lambda (requirements draft feedback iteration) ...)))  ; -> the revised draft
+
+A `checks` clause (creator-critic and director loops) holds any number of checks (`loops.checks`): check
+primitives or procedures of the draft; they run on every draft first and a failing one means no approval,
+its message the feedback (`loops.contracts.judge`). Without a critic (evaluator) clause, the checks alone
+approve.
 
 A phase may be a person instead of a procedure, `(human)` or `(human "what to look for")`: e.g.
 `(critic (human))`. A person answers in an LLM role's place with that role's fields (the critic's
