@@ -71,8 +71,8 @@ BUILT_INS = [
     (ListOf(3, "bulleted"), "Format it as a bulleted list of exactly 3 items, one per line, each starting with '- '.",
      "1. Apples\n2. Pears\n3. Plums", "has 0 bulleted items; use exactly 3", "- Apples\n* Pears\n• Plums"),
     (StartsWith("Dear"), "Start with 'Dear'.", "Hello Sam", "starts with 'Hello Sam', not 'Dear'", "  Dear Sam,"),
-    (EndsWith("?"), "End with a question mark (?).", "How are you.", "ends with 'How are you.', not a question mark (?)",
-     "Ready?  \n"),
+    (EndsWith("?"), "End with a question mark (?).", "How are you.",
+     "ends with 'How are you.', not a question mark (?)", "Ready?  \n"),
     (EndsWith("Cheers"), "End with 'Cheers'.", "", "is empty, so it does not end with 'Cheers'", "Thanks. Cheers"),
     (Matches(r"\b\d{4}\b"), "Match the regular expression '\\b\\d{4}\\b'.", "In 99 ways",
      "does not match the regular expression '\\b\\d{4}\\b'", "Since 1987"),
@@ -82,8 +82,9 @@ BUILT_INS = [
      "does not mention the number 9", "Nine lives."),
     (ValidJson(), "Answer with valid JSON only (no code fence, nothing before or after it).", '```json\n{"a": 1}\n```',
      "is not valid JSON: Expecting value: line 1 column 1 (char 0)", ' {"a": [1, 2]} '),
-    (MatchesSchema(SCHEMA), 'Answer with JSON only, matching this JSON schema: ' + json.dumps(SCHEMA, separators=(",", ":")),
-     '{"title": "x"}', "does not match the schema at the top level: 'name' is a required property", '{"name": "x"}'),
+    (MatchesSchema(SCHEMA), "Answer with JSON only, matching this JSON schema: "
+     + json.dumps(SCHEMA, separators=(",", ":")), '{"title": "x"}',
+     "does not match the schema at the top level: 'name' is a required property", '{"name": "x"}'),
     (MatchesModel(Product), None, '{"name": "Mug", "price": "cheap"}',
      "is not a valid Product: price: Input should be a valid number, unable to parse string as a number",
      '{"name": "Mug", "price": 4.5}'),
@@ -166,7 +167,8 @@ def test_the_short_form_makes_the_built_in_check(spec, check):
 def test_json_schema_takes_a_file_or_the_schema_inline(tmp_path):
     path = tmp_path / "schema.json"
     path.write_text(json.dumps(SCHEMA))
-    assert parse_check(f"json-schema={path}") == MatchesSchema(SCHEMA) == parse_check(f"json-schema={json.dumps(SCHEMA)}")
+    inline = parse_check(f"json-schema={json.dumps(SCHEMA)}")
+    assert parse_check(f"json-schema={path}") == MatchesSchema(SCHEMA) == inline
     with pytest.raises(ConfigurationError, match="cannot read the schema file"):
         parse_check(f"json-schema={tmp_path / 'missing.json'}")
 

@@ -669,7 +669,7 @@ def roles(result):
 
 
 def test_a_failing_check_overrides_the_critics_approval_and_its_message_is_the_feedback():
-    module, lms = loop_with([created("A long slogan with many words")], [verdict(approved=True), verdict(approved=True)],
+    module, lms = loop_with([created("A long slogan with many words")], [verdict(approved=True)] * 2,
                             [revised("Short slogan")], checks=["max-words=3"], max_iterations=2)
 
     result = module(requirements="A slogan.")
@@ -752,8 +752,8 @@ def test_the_best_attempt_ranks_checks_held_first_then_the_critic_and_keeps_the_
     assert (result.final, result.success, result.best_attempt["iteration"]) == ("Wheel on", False, 2)
     assert result.best_attempt["checks"].held == 2
 
-    tie, _ = loop_with([created("wheel wheel wheel wheel")], [verdict(passed=1)] * 2, [revised("wheel wheel wheel wheel "
-                                                                                               "wheel")],
+    tie, _ = loop_with([created("wheel wheel wheel wheel")], [verdict(passed=1)] * 2,
+                       [revised("wheel wheel wheel wheel wheel")],
                        checks=["max-words=3", "include=wheel"], max_iterations=2)
     assert tie(requirements="A slogan.").final == "wheel wheel wheel wheel"  # equal on every count: the earlier
 

@@ -121,11 +121,13 @@ CHECKED = """(creator-critic-loop
           (lambda (draft) (if (string-contains? draft "!") "shouts" #t)))
   (creator (lambda (requirements context n) "A slogan about bicycles and more"))
   {critic}
-  (iterator (lambda (requirements draft feedback n) (begin (set! told feedback) (if (= n 2) "Wheel go!" "True wheel")))))"""
+  (iterator (lambda (requirements draft feedback n)
+              (begin (set! told feedback) (if (= n 2) "Wheel go!" "True wheel")))))"""
 
 
 def test_a_checks_clause_judges_every_draft_first_and_its_messages_are_the_feedback():
-    source = "(define told nil) (define value " + CHECKED.format(critic="(critic (lambda (r d n) #t))") + ") (list value told)"
+    checked = CHECKED.format(critic="(critic (lambda (r d n) #t))")
+    source = f"(define told nil) (define value {checked}) (list value told)"
     (value, told), warnings = run(source)
     assert value == "True wheel"  # the critic approved all three; the checks held only for the third
     assert told == "Fix these problems of the draft:\n- shouts"
