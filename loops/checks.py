@@ -518,10 +518,11 @@ def _result(check: Check, value: Any) -> CheckResult:
                         "holds, False or a message saying what is wrong when it fails")
 
 
-def run_checks(checks: Iterable[Check], value: Any, *, floor: str | None = None) -> CheckReport:
-    """Every check on `value`, in order (a check never changes it). A check that raises propagates, as does
-    one that returns something else than True, None, False or a message (`ContractError`)."""
-    return CheckReport(tuple(_result(check, value) for check in checks), floor)
+def run_checks(checks: Any, value: Any, *, floor: str | None = None) -> CheckReport:
+    """Every check on `value`, in order (a check never changes it); `checks` as `as_checks` takes them (short
+    forms too). A check that raises propagates, as does one that returns something else than True, None,
+    False or a message (`ContractError`)."""
+    return CheckReport(tuple(_result(check, value) for check in as_checks(checks)), floor)
 
 
 def stated_rules(checks: Iterable[Check], requirements: str) -> str:

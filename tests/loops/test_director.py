@@ -554,3 +554,54 @@ def test_an_empty_result_fails_without_asking_the_evaluator():
     step = next(step for step in result.trace if step.role == "evaluator")
     assert step.lm_calls == 0 and step.note == "junk (empty): FAIL"
     assert "the evaluator was not asked" in " ".join(result.warnings)
+
+
+# --- a user's checks (loops.checks): no PASS while a check fails ------------------------------------------------
+
+
+def test_no_pass_while_a_check_fails_whatever_the_evaluator_says_and_the_controller_is_told_which():
+    scripts = {"director": [planned("P1"), planned("P2")], "executor": [done("A long statement."), done("Why?")],
+               "evaluator": [judged("PASS"), judged("PASS")], "controller": [decided()]}
+    module, lms = loop_with(scripts, checks=["ends-with=?"], max_iterations=2)
+
+    result = module(initial_input="A question for the reader.")
+
+    assert [step.role for step in result.trace] == ["director", "executor", "checks", "evaluator", "controller",
+                                                    "director", "executor", "checks", "evaluator"]
+    assert (result.final, result.success, result.stop_reason) == ("Why?", True, "stopped")
+    first = result.trace[4].inputs  # the controller's: FAIL, with the failed check, though the evaluator said PASS
+    assert (first["status"], first["feedback"]) == ("FAIL", "Fix these problems of the draft:\n- ends with "
+                                                             "'A long statement.', not a question mark (?)")
+    assert "End with a question mark (?)." in request_text(lms["director"].engine.requests[0])
+    assert "End with a question mark (?)." in request_text(lms["executor"].engine.requests[0])
+
+
+def test_with_evaluator_checks_the_checks_alone_pass_a_result():
+    module, lms = loop_with({"director": [planned("P1")], "executor": [done("Why?")], "controller": []},
+                            evaluator="checks", checks=["ends-with=?"])
+
+    result = module(initial_input="A question.")
+
+    assert (result.success, result.stop_reason) == (True, "stopped")
+    assert [step.role for step in result.trace] == ["director", "executor", "checks"]
+    assert not hasattr(module, "evaluator")
+
+
+def test_a_custom_evaluators_pass_is_overruled_by_a_failing_check_and_its_value_kept():
+    controller = Phase(("stop", "kept"))
+    module, _ = loop_with({"director": [planned("P1")], "executor": [done("Statement.")]}, evaluator=Phase(True),
+                          controller=controller, checks=["ends-with=?"], max_iterations=1)
+
+    result = module(initial_input="A question.")
+
+    feedback = controller.args[0][0]
+    assert feedback["status"] == "FAIL" and feedback["evaluation"] is True
+    assert feedback["checks"].failures == ["ends with 'Statement.', not a question mark (?)"]
+    assert (result.final, result.success) == ("kept", False)
+
+
+def test_director_check_mistakes_are_refused_before_any_lm_call():
+    with pytest.raises(ConfigurationError, match="evaluator='checks' passes a result when every check holds"):
+        DirectorExecutorEvaluatorController(evaluator="checks")(initial_input="goal")
+    with pytest.raises(ConfigurationError, match="the evaluator phase must be callable as evaluator"):
+        DirectorExecutorEvaluatorController(evaluator="check")
