@@ -610,9 +610,9 @@ def test_a_bad_check_in_a_batch_file_stops_the_batch_with_exit_2(lm_server, tmp_
 def test_checks_survive_a_ray_batch_the_programs_and_each_examples(lm_server, local_ray, tmp_path):
     from loops.checks import Count, Include
 
-    batch = [dspy.Example(id="holds", requirements="a", checks=[Include("draft")]).with_inputs("requirements", "checks"),
-             dspy.Example(id="fails", requirements="picky b", checks=["max-words=1"]).with_inputs("requirements",
-                                                                                                  "checks")]
+    inputs = ("requirements", "checks")
+    batch = [dspy.Example(id="holds", requirements="a", checks=[Include("draft")]).with_inputs(*inputs),
+             dspy.Example(id="fails", requirements="picky b", checks=["max-words=1"]).with_inputs(*inputs)]
     program = CreatorCriticIterator(retry=ONE_TRY, max_iterations=2, checks=[Count("word", max=5)])
     found = {}
     with dspy.context(lm=lm_server.lm()):

@@ -169,7 +169,8 @@ def test_checks_metric_scores_the_final_text_by_the_checks_held_and_gepa_reads_w
     assert metric(example, dspy.Prediction(final="Your original content")) == 0.0  # junk holds nothing
     assert metric(example, dspy.Prediction(final="True wheel"), trace=[]) is True
     answer = metric(example, dspy.Prediction(final="Bikes", stop_reason="max_iterations"), None, "creator", [])
-    assert answer.score == 0.45 and answer.feedback.startswith("The final draft fails: does not include the word 'wheel'")
+    assert answer.score == 0.45
+    assert answer.feedback.startswith("The final draft fails: does not include the word 'wheel'")
 
     per_example = checks_metric()  # each example's own checks, as refine_examples carries them
     carried = dspy.Example(requirements="r", checks=["ends-with=?"]).with_inputs("requirements", "checks")
