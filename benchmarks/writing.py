@@ -9,6 +9,8 @@
              defaults by model) or `json` (the roles answering in JSON, untaught: the embedded defaults before
              loops.prose); `--samples`, `--critic` and `--max-iterations` set the loop's own options
     direct   `loops direct` on the same tasks, its final result checked the same way
+    optimize refine optimized on the train tasks toward their checks (`loops.optimize.checks_metric`), then
+             scored on train and on `--split`, before and after
     candidates  each kind of first draft (`CANDIDATES`: greedy with or without the worked examples, seeded
              samples with or without them), one creator call each, checked on its own: which kind passes
              which task (what the refine defaults' draws are chosen by, on train)
@@ -202,6 +204,29 @@ def loop_records(kind: str, split: str, args: argparse.Namespace, done: set[str]
             "seconds": round(time.monotonic() - started, 1)}
 
 
+def optimize_records(args: argparse.Namespace, done: set[str]) -> Any:
+    """refine optimized on the train tasks toward their checks (`checks_metric`, each example's own checks), with
+    `--optimizer`; the baseline and the kept program scored on train and on `--split` (held-out)."""
+    import loops.optimize
+    from loops import CreatorCriticIterator
+    from loops.optimize import checks_metric
+    from loops.optimize.writing import refine_examples
+
+    if "optimize" in done:
+        return
+    started = time.monotonic()
+    baseline = CreatorCriticIterator(**_loop_options(args))
+    train, scored = refine_examples("train"), refine_examples(args.split)
+    metric = checks_metric()
+    kept, report = loops.optimize.run(baseline, train, scored, metric, optimizer=args.optimizer, progress=False,
+                                      keep="optimized")
+    train_before, _ = loops.optimize.evaluate(baseline, train, metric, progress=False)
+    train_after, _ = loops.optimize.evaluate(kept, train, metric, progress=False)
+    yield "optimize", {"optimizer": args.optimizer, "train": [train_before.score, train_after.score],
+                       "scored": [report.before.score, report.after.score], "changes": report.changes,
+                       "lm_calls": report.lm_calls, "seconds": round(time.monotonic() - started, 1)}
+
+
 def candidate_records(split: str, done: set[str]) -> Any:
     """Each kind of first draft (`_candidates`) of each task of `split`, checked on its own."""
     from loops import CreatorCriticIterator
@@ -235,6 +260,8 @@ def run(args: argparse.Namespace) -> None:
         records = critic_records(args.split, args.demos, done, margins)
     elif args.command == "candidates":
         records = candidate_records(args.split, done)
+    elif args.command == "optimize":
+        records = optimize_records(args, done)
     else:
         records = loop_records(args.command, args.split, args, done)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -262,6 +289,10 @@ def _label(args: argparse.Namespace) -> str:
         return f"critic/{args.split}/demos={args.demos}{'/margins' if args.margins else ''}"
     if args.command == "candidates":
         return f"candidates/{args.split}{served}"
+    if args.command == "optimize":
+        options = "".join(f"/{name}={getattr(args, name)}" for name in ("max_iterations", "samples")
+                          if getattr(args, name) is not None)
+        return f"optimize/{args.optimizer}/train+{args.split}{options}{served}"
     options = "".join(f"/{name}={getattr(args, name)}" for name in ("max_iterations", "samples", "critic")
                       if getattr(args, name) is not None)
     return f"{args.command}/{args.split}/{args.config}{options}{'/no-checks' if args.no_checks else ''}{served}"
@@ -292,6 +323,11 @@ def summarize(paths: list[Path]) -> None:
             _summarize_margins(records)
         elif label.startswith("candidates/"):
             _summarize_candidates(label, where, records)
+        elif label.startswith("optimize/"):
+            for record in records:
+                print(f"{label}{where}: checks_metric on train {record['train'][0]:.3f} -> {record['train'][1]:.3f}, "
+                      f"on the scored split {record['scored'][0]:.3f} -> {record['scored'][1]:.3f}; "
+                      f"{record['lm_calls']} LM calls; {record['seconds']:.0f} s; changes {record['changes']}")
         else:
             passed = sum(record["passes"] for record in records)
             calls = sum(record["lm_calls"] for record in records)
@@ -331,7 +367,8 @@ def _summarize_margins(records: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.writing", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", nargs="?", choices=("critic", "refine", "direct", "candidates"))
+    parser.add_argument("command", nargs="?", choices=("critic", "refine", "direct", "candidates", "optimize"))
+    parser.add_argument("--optimizer", default="bootstrap", help="optimize: the optimizer (loops.optimize.run)")
     parser.add_argument("--split", default="train", choices=("train", "heldout"))
     parser.add_argument("--demos", type=int, default=0, help="critic: labeled verdicts of the train split shown")
     parser.add_argument("--margins", action="store_true",
@@ -354,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
         summarize([Path(path) for path in args.summarize])
         return
     if args.command is None:
-        parser.error("give a command (critic, refine, direct, candidates) or --summarize")
+        parser.error("give a command (critic, refine, direct, candidates, optimize) or --summarize")
     run(args)
 
 

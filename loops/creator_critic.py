@@ -62,6 +62,7 @@ class _Candidate:
     checks: CheckReport
     order: int
     iteration: int
+    prediction: Any = None  # the built-in writing role's prediction it came from (None for a custom phase)
 
     @property
     def rank(self) -> tuple[Any, ...]:
@@ -193,6 +194,8 @@ class CreatorCriticIterator(LoopModule):
         leader: tuple[_Candidate, Verdict] | None = None
         while True:
             verdict = yield from self._review(run, task, candidate)
+            if candidate.prediction is not None:  # an optimizer's demo of the writer: the draft judged
+                run.credit(candidate.prediction)
             run.offer_candidate(attempt_rank(verdict, candidate.order), final=candidate.draft,
                                 success=verdict.approved, best_attempt=_attempt(candidate, verdict))
             if verdict.approved:
@@ -210,14 +213,16 @@ class CreatorCriticIterator(LoopModule):
     # Drafting: candidates, each checked ------------------------------------------------------------
 
     def _first_draft(self, run: Run, task: _Task) -> Any:
-        """How the first iteration's candidate number n is drawn: the creator's, by its draw."""
+        """How the first iteration's candidate number n is drawn (the draft and its prediction): the creator's,
+        by its draw."""
         def draft(number: int, draw: Draw) -> RoleCalls:
             return (yield from self._create(run, task, task.context, number, draw))
         return draft
 
     def _next_draft(self, run: Run, task: _Task, best: _Candidate, verdict: Verdict) -> Any:
-        """How a later iteration's candidate number n is drawn: first the iterator's revision of the best draft so
-        far, by its verdict's feedback; then fresh drafts of the creator, with what that draft got wrong."""
+        """How a later iteration's candidate number n is drawn (the draft and its prediction): first the iterator's
+        revision of the best draft so far, by its verdict's feedback; then fresh drafts of the creator, with what
+        that draft got wrong."""
         restated = f"{task.context}\n\n{verdict.feedback}".strip() if isinstance(task.context, str) and \
             verdict.feedback else task.context
 
@@ -233,7 +238,7 @@ class CreatorCriticIterator(LoopModule):
         every check; the best of them (`attempt_rank`: of equal ones, the earlier)."""
         best: _Candidate | None = None
         for number, draw in enumerate(task.settings["draws"]):
-            text = yield from draft(number, draw)
+            text, prediction = yield from draft(number, draw)
             # Offered before it is checked or judged: a check or a critic that fails must not lose the draft.
             run.offer_candidate(UNJUDGED, final=text, success=False,
                                 best_attempt={"iteration": run.iteration, "draft": text, "verdict": None})
@@ -241,7 +246,7 @@ class CreatorCriticIterator(LoopModule):
             floor = None if task.settings["critic"] == "phase" else is_junk(task.stated, text)
             report = run.check(task.checks, text, floor=floor) if task.checks else CheckReport(floor=floor)
             task.drafts += 1
-            candidate = _Candidate(text, report, task.drafts, run.iteration)
+            candidate = _Candidate(text, report, task.drafts, run.iteration, prediction)
             run.offer_candidate(candidate.rank, final=text, success=False,
                                 best_attempt=_attempt(candidate, Verdict(False, "", report)))
             if best is None or candidate.rank > best.rank:
@@ -251,22 +256,24 @@ class CreatorCriticIterator(LoopModule):
         return best
 
     def _create(self, run: Run, task: _Task, context: Any, number: int, draw: Draw) -> RoleCalls:
+        """A draft of the creator, and the prediction it came from (None for a custom creator)."""
         if "creator" not in self._builtin:
             return (yield from run.call_phase("creator", requirements=task.requirements, context=context,
-                                              iteration=run.iteration))
+                                              iteration=run.iteration)), None
         rollout = (run.iteration - 1) * len(task.settings["draws"]) + number + 1
         written = yield from run.call("creator" if number == 0 else f"creator.{number + 1}",
                                       **prose_call("creator", self.creator, task.settings, draw, rollout),
                                       predictor=self.creator, requirements=task.stated, context=context)
-        return written.draft
+        return written.draft, written
 
     def _revise(self, run: Run, task: _Task, draft: Any, verdict: Verdict) -> RoleCalls:
+        """The iterator's revision, and the prediction it came from (None for a custom iterator)."""
         if "iterator" not in self._builtin:
             return (yield from run.call_phase("iterator", requirements=task.requirements, draft=draft,
-                                              feedback=verdict.feedback, iteration=run.iteration))
+                                              feedback=verdict.feedback, iteration=run.iteration)), None
         revised = yield from run.call("iterator", **prose_call("iterator", self.iterator, task.settings),
                                       requirements=task.stated, draft=str(draft), feedback=verdict.feedback)
-        return revised.improved_draft
+        return revised.improved_draft, revised
 
     # Reviewing: the one verdict rule ---------------------------------------------------------------
 

@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 _SHORT = 100  # characters of a value shown in a summary before it is cut
+_WRITTEN = 48  # characters of a draft shown as a writing role's outcome
 _CRITERIA = tuple(f"{name}_passed" for name in CRITERIA)
 _STYLE = ("<style>.loops-result table{border-collapse:collapse;font-size:90%}"
           ".loops-result td,.loops-result th{padding:2px 8px;text-align:left;vertical-align:top}"
@@ -67,7 +68,8 @@ def step_judgement(step: Any) -> tuple[str, float] | None:
 
 
 def step_outcome(step: Any) -> str:
-    """A few words on what the step came to: an error, a verdict, a test run, a decision, or "ok"."""
+    """A few words on what the step came to: an error, checks held, a verdict, a test run, a decision, the start
+    of a draft, or "ok"."""
     if step.error:
         return f"error: {_cut(step.error, 60)}"
     outputs = step.outputs or {}
@@ -90,6 +92,9 @@ def step_outcome(step: Any) -> str:
         return "PASS" if good else "FAIL"
     if "action" in outputs:
         return f"decides: {outputs['action']}"
+    written = outputs.get("draft", outputs.get("improved_draft"))
+    if isinstance(written, str):  # a writing role's text: what the loop did is in it
+        return f"wrote {_cut(' '.join(written.split()), _WRITTEN)!r}"
     if isinstance(outputs.get("success"), bool):
         return "judges: success" if outputs["success"] else "judges: failure"
     return "ok"

@@ -38,10 +38,9 @@ from loops.checks import (
     rule_of,
     run_checks,
 )
-from loops.contracts import field_of, verdict_approved
+from loops.contracts import field_of, judge
 from loops.errors import ConfigurationError, ContractError
 from loops.junk import is_junk
-from loops.signatures.creator_critic import CRITERIA
 
 __all__ = ["SPLITS", "LabeledDraft", "WritingTask", "agreement", "check", "critic_examples", "draft_passes",
            "labeled_drafts", "refine_examples", "task_by_id", "tasks"]
@@ -582,14 +581,13 @@ def refine_examples(split: str) -> list[dspy.Example]:
 
 
 def _verdict_approves(verdict: Any) -> bool:
+    """Whether the loop takes `verdict` as an approval: the one verdict rule (`loops.contracts.judge`; a verdict
+    that contradicts its criteria is none), so agreement measures what the loop would do."""
     try:
-        approved = verdict_approved(verdict)
+        return judge(critic=verdict).approved
     except ContractError as error:
         raise ConfigurationError(f"cannot read a verdict from {verdict!r:.200}: give a bool, an (approved, "
                                  "feedback) pair, or a dict or prediction with a bool `approved`") from error
-    # Like the loop, a verdict that says approved but fails a criterion counts as not approved
-    # (`loops.creator_critic`), so agreement measures what the loop would do.
-    return approved and not any(field_of(verdict, f"{name}_passed") is False for name in CRITERIA)
 
 
 def _answer(score: float, feedback: str, trace: Any, pred_name: str | None, pred_trace: Any) -> Any:
