@@ -182,7 +182,7 @@ def loop_records(kind: str, split: str, args: argparse.Namespace, done: set[str]
         if "critic" in options:
             options["evaluator"] = options.pop("critic")
     loop = CreatorCriticIterator(**options) if kind == "refine" else DirectorExecutorEvaluatorController(**options)
-    for task in writing.tasks(split):
+    for task in writing.tasks(split)[:args.limit]:
         if task.id in done:
             continue
         started = time.monotonic()
@@ -383,6 +383,7 @@ def main(argv: list[str] | None = None) -> None:
                         "tasks' checks still score the final text)")
     parser.add_argument("--served", action="store_true", help="run against llama-cpp-python's server on loopback "
                         "(the embedded GGUF) instead of in-process")
+    parser.add_argument("--limit", type=int, default=None, help="refine/direct: the first N tasks of the split only")
     parser.add_argument("--out", default="/tmp/writing.jsonl", help="JSON lines appended to; a rerun resumes")
     parser.add_argument("--code", default=None, help="a name for the code that ran, kept in the records")
     parser.add_argument("--summarize", nargs="+", metavar="JSONL", help="only print the figures of these files")

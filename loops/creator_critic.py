@@ -80,10 +80,7 @@ class _Task:
     context: Any
     checks: tuple[Check, ...]
     settings: dict[str, Any]
-    drafts: int = 0
-
-    def requirements_for(self, role: str, builtin: frozenset[str]) -> Any:
-        return self.stated if role in builtin else self.requirements
+    drafts: int = 0  # drafts checked so far: the next one's order
 
 
 class CreatorCriticIterator(LoopModule):
