@@ -38,7 +38,7 @@ from loops.errors import ConfigurationError, ContractError
 
 __all__ = ["SPEC_FORMS", "Avoid", "CapitalizedLines", "Check", "CheckReport", "CheckResult", "Count", "EndsWith",
            "Include", "ListOf", "Matches", "MatchesModel", "MatchesSchema", "Mentions", "StartsWith", "ValidJson",
-           "as_checks", "parse_check", "rule_of", "run_checks", "stated_rules"]
+           "as_checks", "checks_of_call", "parse_check", "rule_of", "run_checks", "stated_rules"]
 
 Check = Callable[[Any], "bool | str | None"]
 """Any callable of the judged value: True or None when it holds, False or a message saying what is wrong."""
@@ -523,6 +523,16 @@ def run_checks(checks: Any, value: Any, *, floor: str | None = None) -> CheckRep
     forms too). A check that raises propagates, as does one that returns something else than True, None,
     False or a message (`ContractError`)."""
     return CheckReport(tuple(_result(check, value) for check in as_checks(checks)), floor)
+
+
+def checks_of_call(own: tuple[Check, ...], given: Any, *, alone: str | None = None) -> tuple[Check, ...]:
+    """A run's checks: a loop's own, then those its call gives (`as_checks`). `alone` says what approves by
+    the checks alone when it is so set (e.g. "critic='checks' approves a draft"): then there must be some."""
+    checks = (*own, *as_checks(given))
+    if alone and not checks:
+        raise ConfigurationError(f"{alone} when every check holds, and no checks were given: pass checks=[...] "
+                                 "(e.g. ['max-words=40']) to the module or the call")
+    return checks
 
 
 def stated_rules(checks: Iterable[Check], requirements: str) -> str:

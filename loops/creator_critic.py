@@ -36,7 +36,7 @@ from typing import Any
 import dspy
 
 from loops.budget import Budget
-from loops.checks import Check, CheckReport, as_checks, stated_rules
+from loops.checks import Check, CheckReport, as_checks, checks_of_call, stated_rules
 from loops.choices import JUDGES
 from loops.code.draws import Draw, checked_draws
 from loops.contracts import CREATOR_CRITIC, UNJUDGED, Verdict, attempt_rank, judge
@@ -159,11 +159,8 @@ class CreatorCriticIterator(LoopModule):
             raise ConfigurationError(f"requirements must be a non-empty str, got {requirements!r:.100}")
         if context is None or (text and not isinstance(context, str)):
             raise ConfigurationError(f"context must be a str (it may be empty), got {context!r:.100}")
-        checks = (*self.checks, *as_checks(checks))
-        if self._critic == "checks" and not checks:
-            raise ConfigurationError("critic='checks' approves a draft when every check holds, and no checks were "
-                                     "given: pass checks=[...] (e.g. ['max-words=40']) to the module or the call")
-        return checks
+        return checks_of_call(self.checks, checks,
+                              alone=self._critic == "checks" and "critic='checks' approves a draft")
 
     def settings(self, checks: bool | None = None) -> dict[str, Any]:
         """How a run started now writes and judges: plain text, worked examples, the cap, candidates per

@@ -30,7 +30,7 @@ from typing import Any
 
 import dspy
 
-from loops.checks import Check, as_checks, stated_rules
+from loops.checks import Check, as_checks, checks_of_call, stated_rules
 from loops.choices import JUDGES
 from loops.contracts import DIRECTOR, UNJUDGED, attempt_rank, decision, field_of, judge, outcome_passed
 from loops.errors import ConfigurationError, ContractError, RoleFailed
@@ -119,11 +119,8 @@ class DirectorExecutorEvaluatorController(LoopModule):
     def _check_input(self, initial_input: Any, checks: Any) -> tuple[Check, ...]:
         if initial_input is None or ("director" in self._builtin and not _text(initial_input).strip()):
             raise ConfigurationError(f"initial_input must be a goal (a non-empty value), got {initial_input!r:.100}")
-        checks = (*self.checks, *as_checks(checks))
-        if self._evaluator == "checks" and not checks:
-            raise ConfigurationError("evaluator='checks' passes a result when every check holds, and no checks were "
-                                     "given: pass checks=[...] (e.g. ['max-words=40']) to the module or the call")
-        return checks
+        return checks_of_call(self.checks, checks,
+                              alone=self._evaluator == "checks" and "evaluator='checks' passes a result")
 
     def settings(self, checks: bool | None = None) -> dict[str, Any]:
         """How the built-in executor writes in a run started now, and who passes a result (`evaluator`:
