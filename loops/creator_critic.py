@@ -103,7 +103,7 @@ class CreatorCriticIterator(LoopModule):
     LLM critic on any other. `samples=n` draws n candidates per iteration, each checked for free, the
     first that holds every check taken (else the best): in the first iteration the creator's (greedy,
     then seeded samples; `loops.prose.prose_draws`), in later ones the iterator's revision of the best
-    draft, then fresh drafts of the creator with the failed rules restated. `draws=[Draw(...), ...]`
+    draft so far (of equal ones the latest), then fresh drafts of the creator with the failed rules restated. `draws=[Draw(...), ...]`
     (`loops.code.Draw`, as the code loop's) gives the candidates themselves instead, in order (saved with
     the program), and replaces `samples`.
 
@@ -194,7 +194,9 @@ class CreatorCriticIterator(LoopModule):
                                 success=verdict.approved, best_attempt=_attempt(candidate, verdict))
             if verdict.approved:
                 return run.finish("approved", final=candidate.draft, success=True)
-            if leader is None or attempt_rank(verdict, candidate.order) > attempt_rank(leader[1], leader[0].order):
+            # The next revision starts from the best draft so far; of equal ones the latest, so that revisions
+            # judged no worse go on from there (`final` stays the earlier: `attempt_rank`).
+            if leader is None or verdict.rank >= leader[1].rank:
                 leader = (candidate, verdict)
             if not run.next_iteration():
                 return run.finish("max_iterations")
