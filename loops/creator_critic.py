@@ -103,9 +103,9 @@ class CreatorCriticIterator(LoopModule):
     LLM critic on any other. `samples=n` draws n candidates per iteration, each checked for free, the
     first that holds every check taken (else the best): in the first iteration the creator's (greedy,
     then seeded samples; `loops.prose.prose_draws`), in later ones the iterator's revision of the best
-    draft so far (of equal ones the latest), then fresh drafts of the creator with the failed rules restated. `draws=[Draw(...), ...]`
-    (`loops.code.Draw`, as the code loop's) gives the candidates themselves instead, in order (saved with
-    the program), and replaces `samples`.
+    draft so far (of equal ones the latest), then fresh drafts of the creator with the failed rules
+    restated. `draws=[Draw(...), ...]` (`loops.code.Draw`, as the code loop's) gives the candidates
+    themselves instead, in order (saved with the program), and replaces `samples`.
 
     `plain_text=True` has the built-in creator and iterator answer with the text itself (no JSON, no
     reasoning), at most `loops.prose` defaults' `max_tokens`; `examples=True` shows the creator worked

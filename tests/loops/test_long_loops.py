@@ -179,8 +179,10 @@ def test_a_replay_whose_calls_differ_from_the_record_stops_at_that_call(monkeypa
 
     from loops.contracts import judge
 
-    monkeypatch.setattr("loops.creator_critic.judge",
-                        lambda *args, **options: dataclasses.replace(judge(*args, **options), feedback="rewrite it all"))
+    def rewritten(*args, **options):
+        return dataclasses.replace(judge(*args, **options), feedback="rewrite it all")
+
+    monkeypatch.setattr("loops.creator_critic.judge", rewritten)
     with dspy.context(lm=scripted_lm([])), pytest.raises(ReplayDivergence, match="at call 3: the record has "
                                                                                 "iterator, .* with other inputs"):
         CreatorCriticIterator(max_iterations=2, checkpoint=store)(requirements="a slogan", run_id="r1")
