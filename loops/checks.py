@@ -556,13 +556,13 @@ def _range(text: str) -> tuple[int, int]:
 def _schema_file(text: str) -> MatchesSchema:
     from pathlib import Path
 
-    if text.lstrip().startswith("{"):
-        return MatchesSchema(json.loads(text))
+    inline = text.lstrip().startswith("{")
     try:
-        return MatchesSchema(json.loads(Path(text).read_text(encoding="utf-8")))
+        return MatchesSchema(json.loads(text if inline else Path(text).read_text(encoding="utf-8")))
     except OSError as error:
-        raise ConfigurationError(f"json-schema={text}: cannot read the schema file ({error.strerror or error})") \
-            from None
+        raise ConfigurationError(f"cannot read the schema file ({error.strerror or error})") from None
+    except json.JSONDecodeError as error:
+        raise ConfigurationError(f"the schema {'given' if inline else 'file'} is not JSON ({error})") from None
 
 
 def _counts(unit: str) -> dict[str, tuple[str, Callable[[str], Check]]]:

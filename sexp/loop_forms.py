@@ -224,7 +224,7 @@ def _dsl_check(closure: Closure, clause: Node, ev: Evaluation) -> Callable[[Any]
         raise DslValueError(f"the check {closure.describe()} returned {to_source(value, limit=61)[:60]}: a check "
                             "returns #t or nil when it holds, #f or a message when it fails", clause)
 
-    check.__qualname__ = closure.describe()
+    check.__name__ = check.__qualname__ = closure.describe()  # its rule: "Pass the check <name>."
     return check
 
 
