@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["ADAPTER_NAMES", "POLICIES", "PROFILE_NAMES", "Policy"]
+__all__ = ["ADAPTER_NAMES", "JUDGES", "POLICIES", "PROFILE_NAMES", "Policy"]
 
 Policy = Literal["repair", "fresh", "auto"]
 POLICIES: tuple[str, ...] = get_args(Policy)
 ADAPTER_NAMES = ("chat", "json", "compact")
 # What a model is declared to be (`loops.profile.with_size`): every default that depends on the model follows.
 PROFILE_NAMES = ("small", "capable")
+# Who approves once a user's checks hold (refine's `critic=`, direct's `evaluator=`): the checks alone, or the LLM.
+JUDGES = ("checks", "llm")

@@ -8,6 +8,10 @@ value passes to the next phase unchanged; the readers below only say what the *l
 built-in phases) need of it: whether a verdict approves, whether a validation or an evaluation
 passed, which files an attempt wrote, what a controller decided.
 
+What a judged attempt comes to is one rule, `judge`: a user's checks first (`loops.checks`), then the critic's
+verdict, then a numeric reward; and one ranking of attempts, `attempt_rank`. Every pattern, the DSL and the
+CLI go through them.
+
 A phase with no LLM role behind it (the Execute–Validate validator and controller) also says what a
 person answers in its place (`answers`, `ask`; `loops.person`): a person in an LLM role's place answers
 with that role's signature instead.
@@ -30,7 +34,9 @@ from typing import Any, Literal
 
 import dspy
 
-from loops.errors import ContractError, DecisionError
+from loops.checks import CheckReport
+from loops.errors import ConfigurationError, ContractError, DecisionError
+from loops.signatures.creator_critic import CRITERIA
 from loops.signatures.results import ControllerDecision, TaskResult, ValidationResult
 
 __all__ = [
@@ -45,8 +51,11 @@ __all__ = [
     "VALUE_KINDS",
     "Input",
     "InputContract",
+    "UNJUDGED",
     "PhaseContract",
+    "Verdict",
     "as_validation",
+    "attempt_rank",
     "contracts",
     "decision",
     "field_of",
@@ -54,6 +63,7 @@ __all__ = [
     "as_text",
     "first_non_text",
     "not_text",
+    "judge",
     "outcome_passed",
     "short_repr",
     "verdict_approved",
@@ -277,9 +287,12 @@ def first_non_text(text: str) -> tuple[int, str] | None:
     return found.start(), f"a lone surrogate U+{code:04X} (no character)"
 
 
+_CHECKS = "the call's checks, beside the loop's own: callables of the draft, or short forms such as 'max-words=40'"
+
 CREATOR_CRITIC_INPUTS = InputContract({
     "requirements": Input("what to create", "text", ("creator", "critic", "iterator")),
     "context": Input("background for the creator", "any text", ("creator",), default=""),
+    "checks": Input(_CHECKS, "anything", ("critic",), default=None),
 })
 
 EXECUTE_VALIDATE_INPUTS = InputContract({
@@ -290,6 +303,7 @@ EXECUTE_VALIDATE_INPUTS = InputContract({
 
 DIRECTOR_INPUTS = InputContract({
     "initial_input": Input("the goal", "goal", ("director",)),
+    "checks": Input(_CHECKS, "anything", ("evaluator",), default=None),
 })
 
 
@@ -403,3 +417,93 @@ def short_repr(value: Any, limit: int = 200) -> str:
     """`repr(value)`, cut to `limit` characters with an ellipsis: a value quoted in an error message."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+# --- the verdict rule and the ranking of attempts ----------------------------------------------------
+
+UNJUDGED = (-1,)
+"""The rank of an attempt offered before it is judged: below every judged one (`attempt_rank`)."""
+
+_BARE_WORDS = frozenset({"", "true", "false", "none", "null", "yes", "no", "n/a", "ok"})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a judged attempt comes to (`judge`): whether it is `approved`, the `feedback` the next attempt
+    gets, and what it was judged by: the `checks`' report, the `critic`'s verdict (None when no critic was
+    asked), a numeric `reward`. `contradiction` says how the critic's verdict contradicts itself, when it does
+    (then its word was not taken)."""
+
+    approved: bool
+    feedback: str
+    checks: CheckReport | None = None
+    critic: Any = None
+    reward: float | None = None
+    contradiction: str | None = None
+
+    @property
+    def criteria_met(self) -> int:
+        """How many of the built-in critic's criteria (`CRITERIA`) its verdict passed; 0 without one."""
+        return sum(field_of(self.critic, f"{name}_passed") is True for name in CRITERIA) if self.critic is not None \
+            else 0
+
+    @property
+    def rank(self) -> tuple[Any, ...]:
+        """How good the attempt is, to compare with others: an answer at all (not junk), then checks held,
+        then the critic's verdict (approval, then its criteria met), then the reward."""
+        checks = self.checks
+        return (int(checks is None or checks.floor is None), checks.held if checks else 0, int(self.approved),
+                self.criteria_met, self.reward if self.reward is not None else 0.0)
+
+
+def judge(checks: CheckReport | None = None, critic: Any = None, reward: float | None = None, *,
+          threshold: float | None = None) -> Verdict:
+    """The one verdict rule.
+
+    1. Checks first: a check that fails (or a floor that finds junk) means not approved, whatever the critic
+       or the reward says; the failed rules are the feedback, with the critic's beside them when it was asked.
+    2. With every check holding, the critic decides (`critic`: a bool, an (approved, feedback) pair, or a
+       dict or object with `approved` and `feedback`, as `CREATOR_CRITIC` says). A verdict that contradicts
+       its own criteria (`<criterion>_passed`, the built-in critic's) is not taken: approved with a criterion
+       failed, or rejected with every criterion passed, counts as not approved and says so (`contradiction`).
+    3. A `reward` (a number) approves when it reaches `threshold`, beside the critic when both are given.
+    4. With neither, the checks alone decide: approved when every check holds.
+    """
+    if checks is None and critic is None and reward is None:
+        raise ConfigurationError("nothing to judge by: give checks, a critic's verdict or a reward")
+    approved = checks is None or checks.passed
+    parts = [checks.feedback()] if checks is not None and not checks.passed else []
+    contradiction = None
+    if critic is not None:
+        said = verdict_approved(critic)
+        failed = [name for name in CRITERIA if field_of(critic, f"{name}_passed") is False]
+        judged_all = all(isinstance(field_of(critic, f"{name}_passed"), bool) for name in CRITERIA)
+        feedback = verdict_feedback(critic).strip()
+        if said and failed:
+            contradiction = f"approved, but {', '.join(failed)} failed"
+        elif not said and judged_all and not failed:
+            contradiction = "not approved, but every criterion passed"
+        approved = approved and said and contradiction is None
+        bare = feedback.lower() in _BARE_WORDS  # "True": no reason given
+        if failed:
+            parts.append(f"Failed criteria: {', '.join(failed)}.\n{feedback}".strip())
+        elif feedback and not (contradiction and bare):
+            parts.append(feedback)
+        if contradiction and bare and not failed:
+            parts.append("The critic gave no reason: check the draft against every requirement and revise what "
+                         "falls short.")
+    if reward is not None:
+        if threshold is not None and reward < threshold:
+            approved = False
+            parts.append(f"The reward is {reward:g}; it must reach {threshold:g}.")
+        elif threshold is None and critic is None and checks is None:
+            raise ConfigurationError("a reward alone approves nothing: give a threshold it must reach")
+    return Verdict(approved, "\n".join(part for part in parts if part), checks, critic, reward, contradiction)
+
+
+def attempt_rank(verdict: Verdict, order: int) -> tuple[Any, ...]:
+    """The rank a run keeps its best attempt by (`Run.offer_candidate`): the verdict's rank, and of equal ones
+    the earlier attempt (`order` counts the attempts of a run). A small model's later revisions of an
+    equally judged text drift from the request (a good haiku was replaced by a 160-token essay), so a
+    revision has to be judged better to displace what came first."""
+    return (*verdict.rank, -order)

@@ -14,6 +14,11 @@ value reaches the next phase unchanged.
 How the built-in executor writes follows the model (`loops.prose`): on the embedded model it answers
 in plain text, capped in length, and is shown worked examples.
 
+A user's checks (`checks=`, `loops.checks`) run first on every result, for free, and what a result comes
+to is the one verdict rule (`loops.contracts.judge`): no PASS while a check fails, whatever the evaluator
+says, and the failed checks' messages are the feedback; `evaluator="checks"` lets the checks alone pass a
+result (no evaluator call), the default on a small model (the embedded one) when checks are given.
+
 Under the built-in evaluator lies a programmatic floor (`loops.junk.is_junk`): junk (an empty result,
 the goal read back, a placeholder, no letters at all, such as `][`) never passes, whatever the LLM
 says; an empty result is not even shown to it.
@@ -25,8 +30,20 @@ from typing import Any
 
 import dspy
 
-from loops.contracts import DIRECTOR, DIRECTOR_INPUTS, MISSING, decision, outcome_passed
-from loops.errors import ConfigurationError, RoleFailed
+from loops.checks import Check, as_checks, checks_of_call, stated_rules
+from loops.choices import JUDGES
+from loops.contracts import (
+    DIRECTOR,
+    DIRECTOR_INPUTS,
+    MISSING,
+    UNJUDGED,
+    attempt_rank,
+    decision,
+    field_of,
+    judge,
+    outcome_passed,
+)
+from loops.errors import ConfigurationError, ContractError, RoleFailed
 from loops.junk import is_junk
 from loops.module import LoopModule
 from loops.prose import prose_call, prose_settings
@@ -39,7 +56,11 @@ from loops.signatures.director import (
 )
 from loops.signatures.results import ControllerDecision
 
-__all__ = ["DirectorExecutorEvaluatorController"]
+__all__ = ["EVALUATOR_CHOICES", "DirectorExecutorEvaluatorController"]
+
+EVALUATOR_CHOICES = JUDGES
+"""What `evaluator=` may name instead of a phase: the checks alone pass a result, or the built-in evaluator after
+them."""
 
 
 def _text(value: Any) -> str:
@@ -60,68 +81,107 @@ class DirectorExecutorEvaluatorController(LoopModule):
     unset, both follow the executor's model (`loops.prose.prose_defaults`): on for a small model (the
     embedded one, or any whose profile is small, `loops.profile`).
 
+    `checks=[...]` (callables of the result, or short forms such as `"max-words=40"`; a call may add its own)
+    run on every execution result before the evaluator, each traced as a `checks` step; their rules are
+    stated in the goal the built-in roles read. A check that fails means FAIL, whatever the evaluator says:
+    the evaluation the controller gets is then `{"status": "FAIL", "feedback": ..., "checks": ...,
+    "evaluation": <the evaluator's own value>}`; with every check holding, the evaluator's value goes on
+    unchanged. `evaluator="checks"` passes a result when every check holds, with no evaluator call;
+    `evaluator="llm"` asks the built-in evaluator once they hold; left unset, the checks alone on the
+    embedded model, the evaluator on any other.
+
     `final` is the controller's stop value, or the last execution result; `success` whether the last
-    evaluation passed; `best_attempt` the iteration, plan, result and feedback of the best one.
+    evaluation passed; `best_attempt` the iteration, plan, result and feedback of the best one
+    (`loops.contracts.attempt_rank`: checks held, then the verdict; of equal ones the earlier).
     """
 
     contracts = DIRECTOR
     input_contract = DIRECTOR_INPUTS
 
     def __init__(self, max_iterations: int | None = None, director: Any = None, executor: Any = None,
-                 evaluator: Any = None, controller: Any = None, *, plain_text: bool | None = None,
+                 evaluator: Any = None, controller: Any = None, *, checks: Any = None, plain_text: bool | None = None,
                  examples: bool | None = None, **options: Any):
         super().__init__(max_iterations=max_iterations, **options)
         for name, choice in (("plain_text", plain_text), ("examples", examples)):
             if choice not in (None, True, False):
                 raise ConfigurationError(f"{name} must be True, False or None (by model), got {choice!r}")
+        if isinstance(evaluator, str) and evaluator not in EVALUATOR_CHOICES:
+            raise ContractError(f"the evaluator phase must be callable as {DIRECTOR['evaluator'].signature}, or be "
+                                f"'checks' (the checks alone pass a result) or 'llm' (the built-in evaluator, after "
+                                f"the checks); got {evaluator!r}")
+        self.checks = as_checks(checks)
         self.plain_text = plain_text
         self.examples = examples
+        self._evaluator = evaluator if isinstance(evaluator, str) else None  # the choice; `self.evaluator`: the role
         self._builtin = frozenset(role for role, phase, builtin in (
             ("director", director, lambda: dspy.Predict(DirectorSignature)),
             ("executor", executor, lambda: dspy.Predict(PlanExecutorSignature)),
-            ("evaluator", evaluator, lambda: dspy.Predict(EvaluatorSignature)),
+            ("evaluator", None if evaluator == "llm" else evaluator, lambda: dspy.Predict(EvaluatorSignature)),
             ("controller", controller, lambda: dspy.Predict(LoopControllerSignature)),
-        ) if self._set_phase(role, phase, builtin))
+        ) if (role != "evaluator" or evaluator != "checks") and self._set_phase(role, phase, builtin))
 
-    def forward(self, initial_input: Any = MISSING, **limits: Any) -> dspy.Prediction:
-        return self._forward(limits, **self._checked_inputs(limits, {"initial_input": initial_input}))
+    def forward(self, initial_input: Any = MISSING, checks: Any = None, **limits: Any) -> dspy.Prediction:
+        return self._forward(limits, **self._inputs_of_call(limits, {"initial_input": initial_input, "checks": checks}))
 
-    async def aforward(self, initial_input: Any = MISSING, **limits: Any) -> dspy.Prediction:
-        return await self._aforward(limits, **self._checked_inputs(limits, {"initial_input": initial_input}))
+    async def aforward(self, initial_input: Any = MISSING, checks: Any = None, **limits: Any) -> dspy.Prediction:
+        inputs = {"initial_input": initial_input, "checks": checks}
+        return await self._aforward(limits, **self._inputs_of_call(limits, inputs))
 
     def _builtin_phases(self) -> frozenset[str]:
         return self._builtin
 
-    def settings(self) -> dict[str, Any]:
-        """How the built-in executor writes in a run started now: the explicit choices, else
-        `loops.prose.prose_defaults` of the executor's model (its own LM, else the context's)."""
-        return prose_settings(getattr(self, "executor", None), self.plain_text, self.examples)
+    def _inputs_of_call(self, limits: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+        """The call's inputs, checked (`_checked_inputs`), with the run's checks: the module's, then the call's."""
+        given = self._checked_inputs(limits, inputs)
+        return {**given, "checks": self._run_checks(given["checks"])}
 
-    def _loop(self, run: Run, initial_input: Any) -> RoleCalls:
+    def _check_inputs(self, checks: Any = None, **inputs: Any) -> None:
+        self._run_checks(checks)
+
+    def _run_checks(self, given: Any) -> tuple[Check, ...]:
+        return checks_of_call(self.checks, given,
+                              alone=self._evaluator == "checks" and "evaluator='checks' passes a result")
+
+    def settings(self, checks: bool | None = None) -> dict[str, Any]:
+        """How the built-in executor writes in a run started now, and who passes a result (`evaluator`:
+        "checks", "llm", or "phase" for a custom one): the explicit choices, else `loops.prose.prose_defaults` of
+        the executor's model (its own LM, else the context's). `checks` says whether the run has checks
+        (default: whether the module has)."""
+        has_checks = bool(self.checks) if checks is None else checks
+        settings = prose_settings(getattr(self, "executor", None), self.plain_text, self.examples, None,
+                                  self._evaluator, has_checks)
+        evaluator = "phase" if "evaluator" not in self._builtin and self._evaluator != "checks" else settings["critic"]
+        return {"plain_text": settings["plain_text"], "examples": settings["examples"],
+                "max_tokens": settings["max_tokens"], "evaluator": evaluator}
+
+    def _loop(self, run: Run, initial_input: Any, checks: tuple[Check, ...]) -> RoleCalls:
         goal = _text(initial_input)
+        stated = stated_rules(checks, goal) if checks else goal  # what the built-in roles read
         current = initial_input
-        writing = prose_call("executor", self.executor, self.settings()) if "executor" in self._builtin else {}
+        settings = self.settings(bool(checks))
+        writing = prose_call("executor", self.executor, settings) if "executor" in self._builtin else {}
         while run.next_iteration():
             iteration = run.iteration
-            plan = yield from self._phase(run, "director", "plan", {"goal": goal, "current_input": _text(current)},
+            plan = yield from self._phase(run, "director", "plan", {"goal": stated, "current_input": _text(current)},
                                           current_input=current, iteration=iteration)
-            result = yield from self._phase(run, "executor", "result", {"plan": _text(plan)},
+            result = yield from self._phase(run, "executor", "result", {"plan": stated_rules(checks, _text(plan))},
                                             plan=plan, iteration=iteration, call=writing)
             attempt = {"iteration": iteration, "plan": plan, "result": result, "feedback": None}
             # Offered before it is judged: an evaluator that fails must not lose the result.
-            run.offer_candidate((-1,), best_attempt=attempt)
+            run.offer_candidate(UNJUDGED, best_attempt=attempt)
             run.set_latest(final=result, success=False)
-            feedback = yield from self._evaluate(run, goal, plan, result, iteration)
-            success = outcome_passed(feedback)
-            run.offer_candidate((int(success),), best_attempt={**attempt, "feedback": feedback})
+            feedback, verdict = yield from self._evaluate(run, stated, plan, result, iteration, checks,
+                                                          settings["evaluator"])
+            success = verdict.approved
+            run.offer_candidate(attempt_rank(verdict, iteration), best_attempt={**attempt, "feedback": feedback})
             run.set_latest(final=result, success=success)
-            verdict = yield from self._decide(run, goal, feedback, plan, result, iteration)
-            if verdict.should_stop:
-                return run.finish("stopped", final=verdict.value)
+            decided = yield from self._decide(run, stated, feedback, plan, result, iteration, success)
+            if decided.should_stop:
+                return run.finish("stopped", final=decided.value)
             if success:  # a PASS ends the loop, whatever a custom controller would do next
                 run.note("the evaluator passed: the loop stops here, not at the controller's continue")
                 return run.finish("stopped", final=result)
-            current = verdict.value
+            current = decided.value
         return run.finish("max_iterations")
 
     def _phase(self, run: Run, role: str, output: str, llm_inputs: dict[str, Any], call: dict[str, Any] | None = None,
@@ -131,24 +191,39 @@ class DirectorExecutorEvaluatorController(LoopModule):
             return prediction[output]
         return (yield from run.call_phase(role, **arguments))
 
-    def _evaluate(self, run: Run, goal: str, plan: Any, result: Any, iteration: int) -> RoleCalls:
-        if "evaluator" in self._builtin:
-            junk = is_junk(goal, result)
-            if junk == "empty":  # nothing to judge: the floor answers alone
-                yield from run.call_phase("evaluator", _failing, execution_result=result, plan=plan,
-                                          iteration=iteration)
-                return _floored(run, None, junk)
-            verdict = yield from run.call("evaluator", goal=goal, plan=_text(plan), result=_text(result))
-            outcome = {"status": verdict.status, "feedback": verdict.feedback}
-            return _floored(run, outcome, junk) if junk else outcome
-        return (yield from run.call_phase("evaluator", execution_result=result, plan=plan, iteration=iteration))
+    def _evaluate(self, run: Run, goal: str, plan: Any, result: Any, iteration: int, checks: tuple[Check, ...],
+                  mode: str) -> RoleCalls:
+        """The evaluation the controller gets, and the verdict on it (`loops.contracts.judge`): the checks first,
+        then the evaluator unless the checks alone pass the result."""
+        floor = is_junk(goal, result) if mode != "phase" else None
+        report = run.check(checks, result, floor=floor) if checks else None
+        if mode == "checks":
+            verdict = judge(report)
+            if floor:
+                _floored(run, None, floor)
+            return {"status": "PASS" if verdict.approved else "FAIL", "feedback": verdict.feedback,
+                    "checks": report}, verdict
+        if mode == "phase":
+            outcome = yield from run.call_phase("evaluator", execution_result=result, plan=plan, iteration=iteration)
+        elif floor == "empty":  # nothing to judge: the floor answers alone
+            yield from run.call_phase("evaluator", _failing, execution_result=result, plan=plan, iteration=iteration)
+            outcome = _floored(run, None, floor)
+        else:
+            answer = yield from run.call("evaluator", goal=goal, plan=_text(plan), result=_text(result))
+            outcome = {"status": answer.status, "feedback": answer.feedback}
+            outcome = _floored(run, outcome, floor) if floor else outcome
+        verdict = judge(report, (outcome_passed(outcome), _text(field_of(outcome, "feedback") or "")))
+        if report is None or report.passed:
+            return outcome, verdict
+        return {"status": "FAIL", "feedback": verdict.feedback, "checks": report, "evaluation": outcome}, verdict
 
-    def _decide(self, run: Run, goal: str, feedback: Any, plan: Any, result: Any, iteration: int) -> RoleCalls:
+    def _decide(self, run: Run, goal: str, feedback: Any, plan: Any, result: Any, iteration: int,
+                success: bool) -> RoleCalls:
         if "controller" not in self._builtin:
             raw = yield from run.call_phase("controller", feedback=feedback, plan=plan, execution_result=result,
                                             iteration=iteration)
             return decision(raw)
-        if outcome_passed(feedback):
+        if success:
             return ControllerDecision.stop(result)
         details = feedback.get("feedback", feedback) if isinstance(feedback, dict) else feedback
         try:

@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 _SHORT = 100  # characters of a value shown in a summary before it is cut
+_WRITTEN = 48  # characters of a draft shown as a writing role's outcome
 _CRITERIA = tuple(f"{name}_passed" for name in CRITERIA)
 _STYLE = ("<style>.loops-result table{border-collapse:collapse;font-size:90%}"
           ".loops-result td,.loops-result th{padding:2px 8px;text-align:left;vertical-align:top}"
@@ -46,13 +47,15 @@ def step_judgement(step: Any) -> tuple[str, float] | None:
     """How a judging step scored the work, as (what was measured, a value from 0 to 1), or None for a
     step that judges nothing (a creator, an executor) or failed.
 
-    The built-in critic: the share of its three criteria met (a custom critic: approved, 1 or 0); the
-    validator: the share of tests passed (1 or 0 by exit code when it does not count tests); the
-    evaluator: 1 for PASS, 0 for FAIL. Custom phases are read through their contracts
+    A run of checks: the share held. The built-in critic: the share of its three criteria met (a custom
+    critic: approved, 1 or 0); the validator: the share of tests passed (1 or 0 by exit code when it does
+    not count tests); the evaluator: 1 for PASS, 0 for FAIL. Custom phases are read through their contracts
     (`loops.contracts`), so a validator's bool or exit code counts too."""
     if step.error or not step.outputs:
         return None
     outputs = step.outputs
+    if _is_checks(step):
+        return "checks held", outputs["held"] / outputs["total"] if outputs["total"] else float(outputs["passed"])
     if all(name in outputs for name in _CRITERIA):
         return "criteria met", sum(bool(outputs[name]) for name in _CRITERIA) / len(_CRITERIA)
     validation = _validation(step)
@@ -107,8 +110,9 @@ def _held(item: Any) -> bool | None:
 
 
 def step_outcome(step: Any) -> str:
-    """A few words on what the step came to: an error, a verdict, a test run, a decision, or "ok"; then what the
-    loop made of it, when it noted something (a verdict it overruled, code it did not test again)."""
+    """A few words on what the step came to: an error, checks held, a verdict, a test run, a decision, the start
+    of a draft, or "ok"; then what the loop made of it, when it noted something (a verdict it overruled, code it
+    did not test again)."""
     outcome = _outcome(step)
     note = getattr(step, "note", None)
     return f"{outcome}; {note}" if note else outcome
@@ -118,6 +122,10 @@ def _outcome(step: Any) -> str:
     if step.error:
         return f"error: {_cut(step.error, 60)}"
     outputs = step.outputs or {}
+    if _is_checks(step):  # "2/3 checks", and what the first failed one says
+        failed = outputs.get("failed") or []
+        detail = f": {_cut(failed[0]['message'], 60)}" if failed else ""
+        return f"{outputs['held']}/{outputs['total']} checks" + (" (junk)" if outputs.get("floor") else "") + detail
     if all(name in outputs for name in _CRITERIA) and "approved" in outputs:
         met = sum(bool(outputs[name]) for name in _CRITERIA)
         return f"{'approved' if outputs['approved'] else 'needs revision'} ({met}/{len(_CRITERIA)} criteria)"
@@ -133,6 +141,9 @@ def _outcome(step: Any) -> str:
         return "PASS" if good else "FAIL"
     if "action" in outputs:
         return f"decides: {outputs['action']}"
+    written = outputs.get("draft", outputs.get("improved_draft"))
+    if isinstance(written, str):  # a writing role's text: what the loop did is in it
+        return f"wrote {_cut(' '.join(written.split()), _WRITTEN)!r}"
     if isinstance(outputs.get("success"), bool):
         return "judges: success" if outputs["success"] else "judges: failure"
     return "ok"
@@ -148,6 +159,12 @@ def lm_calls_text(result: Any) -> str:
     checkpoint's record (`replayed`) or from DSPy's cache (`cached`), when there were any."""
     extra = [f"{result.get(name)} {name}" for name in ("replayed", "cached") if result.get(name)]
     return f"{result.get('lm_calls')}" + (f" (+{', +'.join(extra)})" if extra else "")
+
+
+def _is_checks(step: Any) -> bool:
+    """Whether the step is a run of checks (`Run.check`): its outputs are a `CheckReport`'s."""
+    outputs = step.outputs or {}
+    return step.role == "checks" and "held" in outputs and "total" in outputs
 
 
 def _value(step: Any) -> Any:

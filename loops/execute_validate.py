@@ -26,7 +26,7 @@ from loops.adapters import PlainTextAdapter
 from loops.budget import Budget
 from loops.code.controller import attempt_score, code_of
 from loops.code.defaults import POLICIES, Policy, code_loop_defaults
-from loops.code.draws import Draw, draws
+from loops.code.draws import Draw, checked_draws, draws
 from loops.code.python import align_names, extract_code, failure_digest, module_the_tests_import, read_interface
 from loops.code.requests import code_request, next_request
 from loops.contracts import (
@@ -174,7 +174,7 @@ class ExecuteValidateController(LoopModule):
         for name, choice in (("examples", examples), ("penalty_variants", penalty_variants), ("analyst", analyst)):
             if choice not in (None, True, False):
                 raise ConfigurationError(f"{name} must be True, False or None (by model), got {choice!r}")
-        self.draws = _checked_draws(draws, samples=samples, examples=examples, penalty_variants=penalty_variants)
+        self.draws = checked_draws(draws, samples=samples, examples=examples, penalty_variants=penalty_variants)
         if analyst and controller is not None:
             raise ConfigurationError("analyst=True is the built-in controller's option; a custom controller "
                                      "was given, so no analyst would run: drop one of them")
@@ -240,7 +240,7 @@ class ExecuteValidateController(LoopModule):
     def with_draws(self, draws: Sequence[Draw]) -> ExecuteValidateController:
         """A copy of this loop (its roles' demos, instructions and LMs included) that draws `draws`, in
         order, instead of what `samples`, `examples` and `penalty_variants` gave; saved with it."""
-        chosen = _checked_draws(draws)
+        chosen = checked_draws(draws)
         if not self._builtin_executor:
             raise ConfigurationError("draws are the built-in executor's candidates; this loop has a custom executor, "
                                      "which draws one candidate")
@@ -478,17 +478,3 @@ class ExecuteValidateController(LoopModule):
         analysis = StructuredAnalysisResult(success=False, analysis=answer.analysis or "",
                                             next_input=(answer.next_input or "").strip() or digest)
         return analysis.next_input
-
-
-def _checked_draws(draws: Sequence[Draw] | None, **replaced: Any) -> tuple[Draw, ...] | None:
-    """`draws` as a tuple, once it is a non-empty sequence of `Draw`s given without the options it replaces."""
-    if draws is None:
-        return None
-    if isinstance(draws, Draw) or not isinstance(draws, Sequence) or not draws \
-            or not all(isinstance(draw, Draw) for draw in draws):
-        raise ConfigurationError(f"draws must be a non-empty list of loops.code.Draw, got {draws!r:.200}")
-    given = [name for name, value in replaced.items() if value is not None]
-    if given:
-        raise ConfigurationError(f"draws= gives the candidates themselves; {', '.join(given)} would choose them "
-                                 "too: drop one of them")
-    return tuple(draws)

@@ -45,6 +45,7 @@ from dspy.utils.usage_tracker import UsageTracker
 from loops import checkpoint, context, display, person, profile
 from loops.adapters import historyless_once
 from loops.budget import Budget, RetryPolicy
+from loops.checks import Check, CheckReport, run_checks
 from loops.contracts import PhaseContract
 from loops.demos import curate_trace, demos_without_history
 from loops.errors import (
@@ -640,6 +641,27 @@ class Run:
         result = yield from self._call(role, target, args, {}, arguments, None, llm=False)
         self._save(role, inputs_hash, result, None, warnings_at)
         return result
+
+    def check(self, checks: Sequence[Check], value: Any, *, floor: str | None = None,
+              role: str = "checks") -> CheckReport:
+        """Run `checks` on `value` (`loops.checks.run_checks`; `floor` says why it is junk, if it is) and trace
+        them as a step of `role` whose outputs are the report (`CheckReport.to_dict`): observers and `--trace`
+        see which checks held. Free: no LM request, no budget, nothing recorded in a checkpoint (a replay runs
+        them again). A check that raises ends the run gracefully (`RoleFailed`); one that returns what no check
+        returns is a developer's mistake (`ContractError`), raised, as is an error of the library's own (a DSL
+        check's, with its position)."""
+        self._notify("role_started", role, self.iteration)
+        started = self.clock()
+        try:
+            report = run_checks(checks, value, floor=floor)
+        except LoopsError:  # a developer's mistake (a check returning no verdict), a DSL program's error: as itself
+            raise
+        except Exception as error:
+            self._record(Step(role, self.iteration, {"value": value}, None, self.clock() - started,
+                              error=_describe(error)))
+            raise RoleFailed(role, f"a check raised {_describe(error)}{_raised_at(error)}") from error
+        self._record(Step(role, self.iteration, {"value": value}, report.to_dict(), self.clock() - started))
+        return report
 
     def credit(self, prediction: Any, **used: Any) -> None:
         """Mark a role call's prediction as the one the run's result rests on (e.g. the kept one of several

@@ -5,6 +5,7 @@ answered in a role's place becomes labeled examples of it with `human_labels`.""
 
 from loops.optimize.labels import human_labels
 from loops.optimize.metrics import (
+    checks_metric,
     creator_critic_metric,
     director_metric,
     execute_validate_metric,
@@ -16,6 +17,6 @@ from loops.optimize.optimizers import OPTIMIZERS
 from loops.optimize.runner import KEEP, Report, Score, Stage, default_metric, evaluate, run, save
 from loops.saving import load
 
-__all__ = ["KEEP", "OPTIMIZERS", "Report", "Score", "Stage", "creator_critic_metric", "default_metric",
+__all__ = ["KEEP", "OPTIMIZERS", "Report", "Score", "Stage", "checks_metric", "creator_critic_metric", "default_metric",
            "director_metric", "evaluate", "execute_validate_metric", "fewer_calls", "honest", "human_labels", "load",
            "result_metric", "run", "save"]

@@ -3,8 +3,12 @@
 Each reads the prediction a loop returns (the shared result shape: `success`, `final`,
 `best_attempt`, `stop_reason`, `warnings`, ...) and scores it in [0, 1], 1.0 only for full success:
 
-- `creator_critic_metric`: 1.0 when the critic approved; otherwise the share of the critic's criteria
-  (accuracy, completeness, quality) the final draft passed, scaled below 1.
+- `creator_critic_metric`: 1.0 when the draft was approved; otherwise the share of the run's checks its best
+  draft held (`loops.checks`), or without checks the share of the critic's criteria (accuracy, completeness,
+  quality) it passed, scaled below 1.
+- `checks_metric(checks)`: any program whose prediction has a `final` text: 1.0 when it holds every check
+  (given here, or per example in its `checks` field) and is not junk, else the share held, below 1; for
+  GEPA, the failed checks' messages are the feedback.
 - `execute_validate_metric`: the share of tests passed (a `PytestValidator`'s counts, or pytest's
   summary line in the output); 1.0 only when the validation passed.
 - `director_metric`: 1.0 when the evaluator passed the result, else 0.
@@ -33,16 +37,19 @@ from typing import Any
 
 import dspy
 
+from loops.checks import CheckReport, as_checks, run_checks
 from loops.code.controller import code_of
 from loops.code.python import failure_digest, hardcoded_asserts, test_command_programs
 from loops.contracts import field_of, outcome_passed
 from loops.display import step_judgement, step_outcome
+from loops.errors import ConfigurationError
+from loops.junk import is_junk
 from loops.signatures.creator_critic import CRITERIA
 from loops.signatures.results import ValidationResult
 from loops.validators import parse_pytest_counts
 
-__all__ = ["creator_critic_metric", "director_metric", "execute_validate_metric", "fewer_calls", "honest",
-           "result_metric"]
+__all__ = ["checks_metric", "creator_critic_metric", "director_metric", "execute_validate_metric", "fewer_calls",
+           "honest", "result_metric"]
 
 # An unapproved draft scores at most this, however many criteria it passed: only approval is 1.0.
 PARTIAL_CEILING = 0.9
@@ -61,10 +68,12 @@ def _last_words(prediction: Any) -> str:
     return "; ".join(parts)
 
 
-def _metric(scorer: Scorer) -> Callable[..., Any]:
+def _metric(scorer: Scorer, *, of_example: bool = False) -> Callable[..., Any]:
+    """A metric answering each caller as it expects, from `scorer(prediction)` (`scorer(example, prediction)`
+    with `of_example`): the score and its feedback."""
     def metric(example: Any, prediction: Any, trace: Any = None, pred_name: str | None = None,
                pred_trace: Any = None) -> Any:
-        score, feedback = scorer(prediction)
+        score, feedback = scorer(example, prediction) if of_example else scorer(prediction)
         if pred_name is not None or pred_trace is not None:
             return dspy.Prediction(score=score, feedback=f"{feedback}\n{_last_words(prediction)}".strip())
         if trace is not None:
@@ -92,15 +101,28 @@ def _score_result(prediction: Any) -> tuple[float, str]:
 
 
 def _score_creator_critic(prediction: Any) -> tuple[float, str]:
-    """1.0 when the critic approved; else the share of criteria the final draft passed, below 1."""
+    """1.0 when the draft was approved; else the share of the checks its best draft held, or without checks
+    the share of the critic's criteria it passed, below 1."""
     if field_of(prediction, "success"):
-        return 1.0, "The critic approved the draft."
-    verdict = field_of(field_of(prediction, "best_attempt") or {}, "verdict")
+        return 1.0, "The draft was approved."
+    best = field_of(prediction, "best_attempt") or {}
+    checks = field_of(best, "checks")
+    if isinstance(checks, CheckReport):
+        return _score_checks(checks)
+    verdict = field_of(best, "verdict")
     met = [name for name in CRITERIA if field_of(verdict, f"{name}_passed") is True]
     missed = [name for name in CRITERIA if name not in met]
     feedback = str(field_of(verdict, "feedback") or "").strip()
     text = f"The critic did not approve; criteria failed: {', '.join(missed) or 'none named'}."
     return PARTIAL_CEILING * len(met) / len(CRITERIA), f"{text} {feedback}".strip()
+
+
+def _score_checks(report: CheckReport) -> tuple[float, str]:
+    """1.0 when every check held and the text is no junk; else the share held, below 1 (junk: 0)."""
+    if report.passed:
+        return 1.0, "The final draft holds every check."
+    share = 0.0 if report.floor or not report.total else report.held / report.total
+    return PARTIAL_CEILING * share, "The final draft fails: " + "; ".join(report.failures) + "."
 
 
 def _score_execute_validate(prediction: Any) -> tuple[float, str]:
@@ -136,6 +158,28 @@ result_metric = _metric(_score_result)
 creator_critic_metric = _metric(_score_creator_critic)
 execute_validate_metric = _metric(_score_execute_validate)
 director_metric = _metric(_score_director)
+
+
+def checks_metric(checks: Any = None, field: str = "final") -> Callable[..., Any]:
+    """A metric of the program's `field` (its final text) by checks (`loops.checks`: callables or short forms
+    such as "max-words=40"): `checks` given here, else each example's own `checks` field (as
+    `loops.optimize.writing.refine_examples` carries them). 1.0 when every check holds and the text is no junk
+    (`loops.junk.is_junk` against the example's `requirements`); else the share held, below 1. For GEPA the
+    feedback is the failed checks' messages: what an optimizer tunes the creator and iterator toward."""
+    given = as_checks(checks) if checks is not None else None
+
+    def score(example: Any, prediction: Any) -> tuple[float, str]:
+        chosen = given if given is not None else as_checks(field_of(example, "checks"))
+        if not chosen:
+            raise ConfigurationError("checks_metric has no checks: give checks_metric(checks=[...]) or examples "
+                                     "with a `checks` field")
+        value = field_of(prediction, field)
+        requirements = field_of(example, "requirements")
+        floor = is_junk(requirements, value) if isinstance(requirements, str) else None
+        return _score_checks(run_checks(chosen, "" if value is None else value, floor=floor))
+
+    score.__name__, score.__doc__ = "_score_checks", checks_metric.__doc__
+    return _metric(score, of_example=True)
 
 
 def fewer_calls(metric: Callable[..., Any], weight: float = 0.1, calls_for_nothing: int = 20) -> Callable[..., Any]:

@@ -3,10 +3,10 @@
 The embedded model is a weak critic (it approves nothing, or approves junk), and an LLM judge cannot
 grade another LLM judge. Here each `WritingTask` is a request a user could give `loops refine` ("A
 slogan for a bicycle repair shop. Use at most 8 words. Include the word 'wheel'.") made only of
-`Constraint`s a program checks, and each constraint writes its own sentence of the request, so the
-writer sees every rule that `check(task, draft)` applies. On top of the constraints, `check` fails
-junk (`loops.junk.is_junk`: empty, an echo of the request, a placeholder), and every task requires a
-word of its topic, so an off-topic draft fails too.
+checks a program runs (`loops.checks`, carried as data: `task.checks`), and each check writes its own
+sentence of the request (its `rule`), so the writer sees every rule that `check(task, draft)` applies.
+On top of the checks, `check` fails junk (`loops.junk.is_junk`: empty, an echo of the request, a
+placeholder), and every task requires a word of its topic, so an off-topic draft fails too.
 
 Two splits with no topic in common: `train` to optimize on, `heldout` to measure on. For half of
 each split's tasks, `labeled_drafts(split)` holds hand-written drafts (good ones, ones that break
@@ -14,260 +14,64 @@ exactly one rule, off-topic ones and junk) whose label is what `check` computes,
 
     critic_examples(split)   critic inputs (requirements, draft) and the truth (approved, failures);
                              score a critic with `agreement`
-    refine_examples(split)   refine inputs (requirements, context) and the task_id;
+    refine_examples(split)   refine inputs (requirements, context, checks) and the task_id;
                              score a refine loop with `draft_passes`
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import dspy
 
-from loops.contracts import field_of, verdict_approved
+from loops.checks import (
+    Avoid,
+    CapitalizedLines,
+    Check,
+    CheckReport,
+    Count,
+    EndsWith,
+    Include,
+    ListOf,
+    Mentions,
+    rule_of,
+    run_checks,
+)
+from loops.contracts import field_of, judge
 from loops.errors import ConfigurationError, ContractError
 from loops.junk import is_junk
-from loops.signatures.creator_critic import CRITERIA
 
-__all__ = ["SPLITS", "Avoid", "CapitalizedLines", "Check", "Constraint", "Count", "EndsWith", "Include",
-           "LabeledDraft", "ListOf", "Mentions", "WritingTask", "agreement", "check", "critic_examples",
-           "draft_passes", "labeled_drafts", "refine_examples", "task_by_id", "tasks"]
+__all__ = ["SPLITS", "LabeledDraft", "WritingTask", "agreement", "check", "critic_examples", "draft_passes",
+           "labeled_drafts", "refine_examples", "task_by_id", "tasks"]
 
 SPLITS = ("train", "heldout")
-
-# ---------------------------------------------------------------- measuring text
-
-_LIST_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s+")
-_WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")  # "don't", "well-known" and "15-inch" are one word each
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]*\s+")
-
-
-def _lines(text: str) -> list[str]:
-    """The non-blank lines, stripped."""
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
-def _words(text: str) -> list[str]:
-    """The words, list markers ("1.", "-") left out: they number or mark words, they are not words."""
-    return [word for line in _lines(text) for word in _WORD.findall(_LIST_MARKER.sub("", line))]
-
-
-def _sentences(text: str) -> list[str]:
-    """Pieces ended by . ! or ? and a space (or the end); a piece without letters is no sentence."""
-    return [piece for piece in _SENTENCE_END.split(text.strip()) if any(char.isalpha() for char in piece)]
-
-
-_COUNTERS: dict[str, Callable[[str], int]] = {
-    "word": lambda text: len(_words(text)),
-    "sentence": lambda text: len(_sentences(text)),
-    "line": lambda text: len(_lines(text)),
-    "character": lambda text: len(text.strip()),
-}
-
-# ---------------------------------------------------------------- constraints
-# Each constraint is a frozen dataclass with `sentence` (what the writer is told) and
-# `failure(draft)` (one line saying what is wrong, or None). Every field value of a constraint
-# appears in its sentence, which the tests check.
-
-
-@dataclass(frozen=True)
-class Count:
-    """Between `min` and `max` (either may be None) words, sentences, lines or characters."""
-
-    unit: str
-    min: int | None = None
-    max: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.unit not in _COUNTERS:
-            raise ConfigurationError(f"Count unit {self.unit!r}: choose one of {', '.join(_COUNTERS)}")
-        if self.min is None and self.max is None:
-            raise ConfigurationError("Count needs a min, a max or both")
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ConfigurationError(f"Count min {self.min} is above max {self.max}")
-
-    @property
-    def _range(self) -> str:
-        if self.min == self.max:
-            return f"exactly {self.min}"
-        if self.max is None:
-            return f"at least {self.min}"
-        return f"at most {self.max}" if self.min is None else f"between {self.min} and {self.max}"
-
-    @property
-    def sentence(self) -> str:
-        return f"Use {self._range} {self.unit}s."
-
-    def failure(self, draft: str) -> str | None:
-        count = _COUNTERS[self.unit](draft)
-        if (self.min is None or count >= self.min) and (self.max is None or count <= self.max):
-            return None
-        needed = "allowed" if self.min is None else "required"
-        return f"{count} {self.unit}{'' if count == 1 else 's'}; {self._range} {needed}"
-
-
-@dataclass(frozen=True)
-class Include:
-    """The word (any case, as a whole word: 'wheel' is not in 'wheels')."""
-
-    word: str
-
-    @property
-    def sentence(self) -> str:
-        return f"Include the word '{self.word}'."
-
-    def failure(self, draft: str) -> str | None:
-        return None if _has_word(draft, self.word) else f"does not include the word '{self.word}'"
-
-
-@dataclass(frozen=True)
-class Avoid:
-    """Not the word (any case, as a whole word)."""
-
-    word: str
-
-    @property
-    def sentence(self) -> str:
-        return f"Do not use the word '{self.word}'."
-
-    def failure(self, draft: str) -> str | None:
-        return f"uses the forbidden word '{self.word}'" if _has_word(draft, self.word) else None
-
-
-def _has_word(text: str, word: str) -> bool:
-    return re.search(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", text, re.IGNORECASE) is not None
-
-
-_LIST_STYLES = {"numbered": re.compile(r"(\d+)[.)]\s+"), "bulleted": re.compile(r"[-*•]\s+")}
-
-
-@dataclass(frozen=True)
-class ListOf:
-    """A list of exactly `items` items, one per line: `numbered` (1. or 1)) or `bulleted` (-, * or •).
-    Lines that are not items (a heading, a closing line) are allowed."""
-
-    items: int
-    style: str = "numbered"
-
-    def __post_init__(self) -> None:
-        if self.style not in _LIST_STYLES:
-            raise ConfigurationError(f"list style {self.style!r}: choose one of {', '.join(_LIST_STYLES)}")
-        if self.items < 1:
-            raise ConfigurationError(f"a list needs at least 1 item, not {self.items}")
-
-    @property
-    def sentence(self) -> str:
-        if self.style == "numbered":
-            numbers = ", ".join(f"{number}." for number in range(1, self.items + 1))
-            return f"Format it as a numbered list of exactly {self.items} items ({numbers}), one per line."
-        return f"Format it as a bulleted list of exactly {self.items} items, one per line, each starting with '- '."
-
-    def failure(self, draft: str) -> str | None:
-        found = [match for line in _lines(draft) if (match := _LIST_STYLES[self.style].match(line))]
-        if len(found) != self.items:
-            return f"{len(found)} {self.style} items; exactly {self.items} required"
-        numbers = [int(match.group(1)) for match in found] if self.style == "numbered" else []
-        if numbers and numbers != list(range(1, self.items + 1)):
-            return f"items numbered {', '.join(map(str, numbers))}; expected 1 to {self.items}"
-        return None
-
-
-_MARKS = {"?": "a question mark", "!": "an exclamation mark", ".": "a full stop"}
-
-
-@dataclass(frozen=True)
-class EndsWith:
-    """The last character is `mark` (one of ? ! .)."""
-
-    mark: str
-
-    def __post_init__(self) -> None:
-        if self.mark not in _MARKS:
-            raise ConfigurationError(f"EndsWith mark {self.mark!r}: choose one of {' '.join(_MARKS)}")
-
-    @property
-    def sentence(self) -> str:
-        return f"End with {_MARKS[self.mark]} ({self.mark})."
-
-    def failure(self, draft: str) -> str | None:
-        return None if draft.rstrip().endswith(self.mark) else f"does not end with {_MARKS[self.mark]}"
-
-
-@dataclass(frozen=True)
-class CapitalizedLines:
-    """Every line (after a list marker) starts with a capital letter."""
-
-    @property
-    def sentence(self) -> str:
-        return "Start every line with a capital letter."
-
-    def failure(self, draft: str) -> str | None:
-        lines = _lines(draft)
-        lower = [line for line in lines if not _LIST_MARKER.sub("", line)[:1].isupper()]
-        if not lower:
-            return None
-        return f"{len(lower)} of {len(lines)} lines do not start with a capital letter (e.g. {lower[0][:30]!r})"
-
-
-_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-                 "twelve")
-
-
-@dataclass(frozen=True)
-class Mentions:
-    """The number, in digits ("9 am", "9:00") or, up to twelve, in words ("nine")."""
-
-    number: int
-
-    @property
-    def sentence(self) -> str:
-        return f"Mention the number {self.number}."
-
-    def failure(self, draft: str) -> str | None:
-        digits = re.search(rf"(?<![\d.,]){self.number}(?!\d|[.,]\d)", draft)
-        spelled = self.number < len(_NUMBER_WORDS) and _has_word(draft, _NUMBER_WORDS[self.number])
-        return None if digits or spelled else f"does not mention the number {self.number}"
-
-
-Constraint = Count | Include | Avoid | ListOf | EndsWith | CapitalizedLines | Mentions
 
 # ---------------------------------------------------------------- tasks and the check
 
 
 @dataclass(frozen=True)
 class WritingTask:
-    """A request as a user would give it (`requirements`: the brief, then one sentence per constraint)."""
+    """A request as a user would give it (`requirements`: the brief, then each check's rule, `loops.checks`),
+    and its checks as data."""
 
     id: str
     requirements: str
-    constraints: tuple[Constraint, ...]
+    checks: tuple[Check, ...]
     split: str
     topic: str
 
 
-@dataclass(frozen=True)
-class Check:
-    """What `check` found: `passed`, and one line per failed rule (junk first)."""
-
-    passed: bool
-    failures: list[str]
-
-
-def check(task: WritingTask, draft: str | None) -> Check:
-    """Whether `draft` meets every constraint of `task` and is not junk (`loops.junk.is_junk`)."""
+def check(task: WritingTask, draft: str | None) -> CheckReport:
+    """Whether `draft` meets every check of `task` and is not junk (`loops.junk.is_junk`): the report's
+    `passed`, and its `failures`, one line per failed rule (junk first)."""
     draft = "" if draft is None else str(draft)
-    junk = is_junk(task.requirements, draft)
-    failures = [f"junk: {junk}"] if junk else []
-    failures += [failure for constraint in task.constraints if (failure := constraint.failure(draft))]
-    return Check(passed=not failures, failures=failures)
+    return run_checks(task.checks, draft, floor=is_junk(task.requirements, draft))
 
 
 # Moderately easy for a small model: one required word of the topic (which also fails off-topic
 # drafts), and one or two simple rules of form or length.
-# (split, id, topic, brief, constraints)
+# (split, id, topic, brief, checks)
 _TASKS = [
     ("train", "bike-shop-slogan", "bicycle repair", "A slogan for a bicycle repair shop.",
      (Count("word", max=8), Include("wheel"))),
@@ -390,9 +194,8 @@ _TASKS = [
      (Count("line", 3, 3), Count("word", max=20), Include("leaves"))),
 ]
 
-_BY_ID = {task_id: WritingTask(task_id, " ".join([brief, *(c.sentence for c in constraints)]), constraints, split,
-                               topic)
-          for split, task_id, topic, brief, constraints in _TASKS}
+_BY_ID = {task_id: WritingTask(task_id, " ".join([brief, *(rule_of(c) for c in checks)]), checks, split, topic)
+          for split, task_id, topic, brief, checks in _TASKS}
 
 
 def _split(split: str) -> str:
@@ -768,24 +571,23 @@ def critic_examples(split: str) -> list[dspy.Example]:
 
 
 def refine_examples(split: str) -> list[dspy.Example]:
-    """The tasks of `split` as a refine loop's inputs (`requirements`, an empty `context`) with the
-    `task_id`; score a loop's final draft on them with `draft_passes`."""
-    return [dspy.Example(requirements=task.requirements, context="", task_id=task.id)
-            .with_inputs("requirements", "context") for task in tasks(split)]
+    """The tasks of `split` as a refine loop's inputs (`requirements`, an empty `context`, the task's
+    `checks`) with the `task_id`; score a loop's final draft on them with `draft_passes`."""
+    return [dspy.Example(requirements=task.requirements, context="", checks=list(task.checks), task_id=task.id)
+            .with_inputs("requirements", "context", "checks") for task in tasks(split)]
 
 
 # ---------------------------------------------------------------- metrics
 
 
 def _verdict_approves(verdict: Any) -> bool:
+    """Whether the loop takes `verdict` as an approval: the one verdict rule (`loops.contracts.judge`; a verdict
+    that contradicts its criteria is none), so agreement measures what the loop would do."""
     try:
-        approved = verdict_approved(verdict)
+        return judge(critic=verdict).approved
     except ContractError as error:
         raise ConfigurationError(f"cannot read a verdict from {verdict!r:.200}: give a bool, an (approved, "
                                  "feedback) pair, or a dict or prediction with a bool `approved`") from error
-    # Like the loop, a verdict that says approved but fails a criterion counts as not approved
-    # (`loops.creator_critic`), so agreement measures what the loop would do.
-    return approved and not any(field_of(verdict, f"{name}_passed") is False for name in CRITERIA)
 
 
 def _answer(score: float, feedback: str, trace: Any, pred_name: str | None, pred_trace: Any) -> Any:

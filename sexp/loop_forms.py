@@ -25,9 +25,15 @@ one; there is no second loop implementation here.
       (max-iterations 3)
       (requirements "a slogan")
       (context "")                                          ; optional
+      (checks (check:max-words 8) (lambda (draft) ...))     ; optional: run on every draft first
       (creator  (lambda (requirements context iteration) ...))         ; -> a draft
       (critic   (lambda (requirements draft iteration) ...))           ; -> a verdict
       (iterator (lambda (requirements draft feedback iteration) ...)))  ; -> the revised draft
+
+A `checks` clause (creator-critic and director loops) holds any number of checks (`loops.checks`): check
+primitives or procedures of the draft; they run on every draft first and a failing one means no approval,
+its message the feedback (`loops.contracts.judge`). Without a critic (evaluator) clause, the checks alone
+approve.
 
 A phase may be a person instead of a procedure, `(human)` or `(human "what to look for")`: e.g.
 `(critic (human))`. A person answers in an LLM role's place with that role's fields (the critic's
@@ -85,12 +91,14 @@ __all__ = ["LOOP_FORMS", "ProgramOutcome", "program_outcome"]
 
 @dataclass(frozen=True)
 class LoopForm:
-    """One loop form: its clauses, which pattern runs it and with which contracts."""
+    """One loop form: its clauses, which pattern runs it and with which contracts. `judge` is the phase a
+    `checks` clause may stand in for (the critic, the evaluator): left out, the checks alone approve."""
 
     name: str
     inputs: tuple[str, ...]  # value clauses (evaluated once), required
     optional: tuple[str, ...]  # value clauses that may be left out
     contracts: dict[str, PhaseContract]
+    judge: str | None = None
 
     @property
     def clauses(self) -> tuple[str, ...]:
@@ -100,8 +108,8 @@ class LoopForm:
 LOOP_FORMS = {
     form.name: form for form in (
         LoopForm("iterative-loop", ("initial-input", "test-command"), (), dict(EXECUTE_VALIDATE)),
-        LoopForm("director-evaluator-loop", ("initial-director-input",), (), dict(DIRECTOR)),
-        LoopForm("creator-critic-loop", ("requirements",), ("context",), dict(CREATOR_CRITIC)),
+        LoopForm("director-evaluator-loop", ("initial-director-input",), ("checks",), dict(DIRECTOR), "evaluator"),
+        LoopForm("creator-critic-loop", ("requirements",), ("context", "checks"), dict(CREATOR_CRITIC), "critic"),
     )
 }
 _DECISION = "(list 'continue next-input) or (list 'stop value)"
@@ -157,16 +165,67 @@ def _analyze_clauses(analyzer: Analyzer, node: Node, form: LoopForm) -> dict[str
                 f"(its clauses: {' '.join(form.clauses)})", clause)
         if key in found:
             raise analyzer.syntax_error(f"{form.name}: clause '{key}' is given twice", clause)
+        if key == "checks":  # any number of checks, or lists of them
+            if len(clause.value) < 2:
+                raise analyzer.syntax_error(f"{form.name}: clause 'checks' takes the checks: (checks (check:max-words "
+                                            "40) (check:include \"BPA-free\") ...)", clause)
+            found[key] = (clause, _checks_clause([analyzer.analyze(item) for item in clause.value[1:]]))
+            continue
         if len(clause.value) != 2:
             raise analyzer.syntax_error(f"{form.name}: clause '{key}' takes one expression: ({key} expr)", clause)
         person = _person(analyzer, clause.value[1], f"{form.name}: {key}") if key in form.contracts else None
         found[key] = (clause, person or analyzer.analyze(clause.value[1]))
-    missing = [key for key in form.clauses if key not in found and key not in form.optional]
+    judged_by_checks = "checks" in found and form.judge not in found  # the checks alone approve
+    missing = [key for key in form.clauses if key not in found and key not in form.optional
+               and not (judged_by_checks and key == form.judge)]
     if missing:
         raise analyzer.syntax_error(f"{form.name} is missing the clause ({missing[0]} ...) "
                                     f"(it needs: {' '.join(key for key in form.clauses if key not in form.optional)})",
                                     node)
     return found
+
+
+def _checks_clause(items: list[Exec]) -> Exec:
+    """The `checks` clause's expressions, each a check or a list of checks, as one list."""
+    def run(env: Env, ev: Evaluation) -> Any:
+        checks: list[Any] = []
+        for item in items:
+            value = item(env, ev)
+            checks.extend(value if is_list(value) else [value])
+        return tuple(checks)
+    return run
+
+
+def _checks(value: tuple[Any, ...], clause: Node, ev: Evaluation) -> list[Any]:
+    """The checks the loop's module runs: built-in ones as they are, a procedure `(lambda (draft) ...)` run in
+    this evaluation (its #t or nil holds, #f or a string fails); anything else is an error at the clause."""
+    checks = []
+    for check in value:
+        if type(check) is Closure:
+            if not check.accepts(1):
+                raise ArityError(f"checks: a check takes one argument (the draft), but {check.describe()} takes "
+                                 f"{_takes(check)}", clause)
+            checks.append(_dsl_check(check, clause, ev))
+        elif callable(check) and not isinstance(check, str):
+            checks.append(check)
+        else:
+            raise DslTypeError(f"checks: {to_source(check, limit=61)[:60]} is not a check: use (check:max-words 40), "
+                               "(check \"include=BPA-free\") or (lambda (draft) ...)", clause)
+    return checks
+
+
+def _dsl_check(closure: Closure, clause: Node, ev: Evaluation) -> Callable[[Any], Any]:
+    def check(draft: Any) -> Any:
+        value = run_closure(closure, (draft,), clause, ev)
+        if value is NIL or value is True:
+            return None
+        if value is False or isinstance(value, str):
+            return value
+        raise DslValueError(f"the check {closure.describe()} returned {to_source(value, limit=61)[:60]}: a check "
+                            "returns #t or nil when it holds, #f or a message when it fails", clause)
+
+    check.__name__ = check.__qualname__ = closure.describe()  # its rule: "Pass the check <name>."
+    return check
 
 
 def _phase(form: LoopForm, role: str, clause: Node, procedure: Any, config: dict[str, Any], ev: Evaluation,
@@ -331,9 +390,11 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
     def analyze(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
         clauses = _analyze_clauses(analyzer, node, form)
         value_clauses = [key for key in ("max-iterations", *form.inputs, *form.optional) if key in clauses]
-        people = {role: clauses[role][1] for role in form.contracts if isinstance(clauses[role][1], Human)}
+        roles = [role for role in form.contracts if role in clauses]  # a judge left out: the checks alone approve
+        people = {role: clauses[role][1] for role in roles if isinstance(clauses[role][1], Human)}
         analyzer.people.extend(people.values())
-        module = build({role: people.get(role) or _dispatcher(role) for role in form.contracts}, analyzer.interpreter)
+        module = build({role: people.get(role) or _dispatcher(role) if role in clauses else "checks"
+                        for role in form.contracts}, analyzer.interpreter)
 
         def run(env: Env, ev: Evaluation) -> Any:
             ev.tick(node)
@@ -341,9 +402,11 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
             max_iterations = _iterations(values["max-iterations"], clauses["max-iterations"][0])
             if "test-command" in values:
                 _test_command(values["test-command"], clauses["test-command"][0])
-            config = {key: values[key] for key in value_clauses}
+            config = {key: values[key] for key in value_clauses if key != "checks"}
+            if "checks" in values:
+                values["checks"] = _checks(values["checks"], clauses["checks"][0], ev)
             phases = {}
-            for role in (role for role in form.contracts if role not in people):  # in the contract's order
+            for role in (role for role in roles if role not in people):  # in the contract's order
                 clause, procedure = clauses[role]
                 check = _decision(clause) if role == "controller" else _verdict(clause) if role == "critic" else None
                 phases[role] = _phase(form, role, clause, procedure(env, ev), config, ev, check)
@@ -417,6 +480,8 @@ def _creator_critic(phases: dict[str, Any], interpreter: Any) -> Any:
 
 _loop_form("iterative-loop", _execute_validate,
            lambda values: {"initial_input": values["initial-input"], "test_command": values["test-command"]})
-_loop_form("director-evaluator-loop", _director, lambda values: {"initial_input": values["initial-director-input"]})
+_loop_form("director-evaluator-loop", _director, lambda values: {"initial_input": values["initial-director-input"],
+                                                                  "checks": values.get("checks")})
 _loop_form("creator-critic-loop", _creator_critic,
-           lambda values: {"requirements": values["requirements"], "context": values.get("context", "")})
+           lambda values: {"requirements": values["requirements"], "context": values.get("context", ""),
+                           "checks": values.get("checks")})

@@ -19,6 +19,9 @@ node; the evaluator attaches the call site. Numbers are ints and floats (boolean
   attributes that are methods, modules or classes, are refused, and so is any field of code (a
   procedure, a tool, an atom) or of the interpreter's own objects: the DSL reads data, it does not
   reach into Python nor into the interpreter that runs it.
+- checks (`loops.checks`): `(check:max-words 40)`, `(check:include "BPA-free")`, `(check:words 10 40)`, one
+  `check:KEY` per short form of `loops.checks.SPEC_FORMS`, and `(check "max-words=40")` for any short form:
+  the rules a loop form's `checks` clause runs on every draft
 - sizes: a string, list or integer that a primitive would make over `Limits.max_string_chars`,
   `max_list_items` or `max_int_digits` raises `LimitExceeded` before it is made; `equal?` and
   `to-string`, which walk a value however much it shares, look at the run's clock as they go.
@@ -32,6 +35,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from loops.checks import SPEC_FORMS, parse_check
+from loops.errors import ConfigurationError
 from loops.sexp.errors import ArityError, DslTypeError, DslValueError, LimitExceeded
 from loops.sexp.evaluator import current_evaluation, current_limits
 from loops.sexp.values import NIL, Keyword, Symbol, is_list, to_dsl, to_source
@@ -417,3 +422,44 @@ def _is_code(value: Any) -> bool:
     return (callable(value) or isinstance(value, types.ModuleType) or inspect.isclass(value)
             or (type(value).__module__.startswith("loops.sexp.") and not isinstance(value, str)))
 
+
+
+# -- checks (`loops.checks`): the rules a loop form's `checks` clause runs on every draft ---------------------
+
+
+def _check_primitive(key: str) -> Callable[..., Any]:
+    """`check:KEY`: the built-in check of the short form `KEY=value` (`loops.checks.SPEC_FORMS`), its value the
+    argument (a range, `N..M`, as two arguments: `(check:words 10 40)`); no argument for a form without one."""
+    form = SPEC_FORMS[key]
+
+    def make(*args: Any) -> Any:
+        if not form.value and args:
+            raise ArityError(f"'check:{key}' takes no argument, got {len(args)}")
+        if form.value and not 1 <= len(args) <= (2 if ".." in form.value else 1):
+            raise ArityError(f"'check:{key}' expects its {form.value} as argument(s), got {len(args)}")
+        for arg in args:
+            if not isinstance(arg, str | int) or isinstance(arg, bool):
+                raise DslTypeError(f"'check:{key}' expects {form.value}, got {_describe(arg)}")
+        return _parsed_check(f"{key}={'..'.join(map(str, args))}" if form.value else key)
+
+    make.__name__ = f"check_{key.replace('-', '_')}"
+    return primitive(f"check:{key}")(make)
+
+
+def _parsed_check(spec: str) -> Any:
+    try:
+        return parse_check(spec)
+    except ConfigurationError as error:
+        raise DslValueError(str(error)) from None
+
+
+for _key in SPEC_FORMS:
+    _check_primitive(_key)
+
+
+@primitive("check")
+def check(spec: Any) -> Any:
+    """`(check "max-words=40")`: the built-in check of a short form, as the CLI's --check takes it."""
+    if not isinstance(spec, str):
+        raise DslTypeError(f"'check' expects a short form such as \"max-words=40\", got {_describe(spec)}")
+    return _parsed_check(str(spec))

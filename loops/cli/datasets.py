@@ -57,7 +57,7 @@ ProgramOption = Annotated[Path | None, typer.Option(
 MaxIterationsOption = Annotated[int | None, typer.Option(
     min=1, max=1000, help="The loop's iterations at most [default: the pattern's]")]
 SamplesOption = Annotated[int | None, typer.Option(
-    min=1, max=100, help="fix: candidates per iteration [default: by model]")]
+    min=1, max=100, help="fix and refine: candidates per iteration [default: by model]")]
 ThreadsOption = Annotated[int, typer.Option(min=1, max=64, help="Examples run at once")]
 VerboseOption = Annotated[bool, typer.Option("--verbose", help="Show DSPy's own log lines (its optimizers' INFO "
                                              "messages) above the progress display")]

@@ -26,17 +26,17 @@ from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 import typer
 from rich.console import Console
 
-from loops.choices import ADAPTER_NAMES, POLICIES, PROFILE_NAMES
+from loops.choices import ADAPTER_NAMES, JUDGES, POLICIES, PROFILE_NAMES
 from loops.errors import ConfigurationError, a_or_an
 
 if TYPE_CHECKING:
     import dspy
 
 __all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
-           "EXIT_USAGE", "KINDS", "AdapterName", "CheckpointOption", "HumanOption", "ModelChoice", "Policy",
-           "ProfileName", "RunOptions", "ShellGrant", "Telemetry", "TimeoutOption", "TraceOption", "console",
-           "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program", "name_value_pairs", "new_run_id",
-           "people", "with_options"]
+           "EXIT_USAGE", "KINDS", "AdapterName", "CheckOption", "CheckpointOption", "HumanOption", "Judge",
+           "ModelChoice", "Policy", "ProfileName", "RunOptions", "ShellGrant", "Telemetry", "TimeoutOption",
+           "TraceOption", "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program",
+           "name_value_pairs", "new_run_id", "people", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
@@ -44,6 +44,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended
 console = Console()
 
 Policy = enum.StrEnum("Policy", {name: name for name in POLICIES})
+Judge = enum.StrEnum("Judge", {name: name for name in JUDGES})
 AdapterName = enum.StrEnum("AdapterName", {name: name for name in ADAPTER_NAMES})
 ProfileName = enum.StrEnum("ProfileName", {name: name for name in PROFILE_NAMES})
 
@@ -82,6 +83,13 @@ def dsl_errors_exit_usage() -> Iterator[None]:
     except DslError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(EXIT_USAGE) from None
+
+
+CheckOption = Annotated[list[str] | None, typer.Option(
+    "--check", metavar="SPEC", help="A rule every draft is checked against, for free, before any critic (repeatable): "
+    "max-words=N, min-words=N, words=N or N..M (and sentences, lines, chars alike), include=TEXT, exclude=TEXT, "
+    "starts-with=TEXT, ends-with=TEXT, regex=PATTERN, bullets=N, numbered=N, mentions=N, capitalized-lines, json, "
+    "json-schema=FILE (docs/checks.md). A draft failing one is never approved; its message is the feedback")]
 
 
 HumanOption = Annotated[list[str] | None, typer.Option(
@@ -294,8 +302,8 @@ def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Modu
     arguments = {name: value for name, value in arguments.items() if value is not None}
     if kind not in KINDS and not kind.endswith(".sexp"):
         raise ConfigurationError(f"unknown program {kind!r}: use refine, fix, direct or a FILE.sexp")
-    if "samples" in arguments and kind != "fix":
-        raise ConfigurationError(f"--samples is an option of fix, not of {kind}")
+    if "samples" in arguments and kind not in ("fix", "refine"):
+        raise ConfigurationError(f"--samples is an option of fix and refine, not of {kind}")
     expected = kind_class(kind)
     if program is not None:
         from loops.sexp.program import SexpProgram, read_program

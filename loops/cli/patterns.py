@@ -7,7 +7,18 @@ from typing import Annotated, Any
 
 import typer
 
-from loops.cli.options import HumanOption, ModelChoice, Policy, RunOptions, console, load_program, people, with_options
+from loops.cli.options import (
+    CheckOption,
+    HumanOption,
+    Judge,
+    ModelChoice,
+    Policy,
+    RunOptions,
+    console,
+    load_program,
+    people,
+    with_options,
+)
 from loops.cli.progress import report, run_with_progress
 
 __all__ = ["direct", "fix", "refine"]
@@ -29,16 +40,28 @@ def refine(
     choice: ModelChoice,
     run: RunOptions,
     context: Annotated[str, typer.Option(help="Background context for the creator")] = "",
+    check: CheckOption = None,
+    critic: Annotated[Judge | None, typer.Option(help=(
+        "Who approves a draft once every --check holds: 'checks' (they alone: no critic call) or 'llm' (the "
+        "critic) [default: checks on a small model (--profile) when --check is given, else llm]"))] = None,
+    samples: Annotated[int | None, typer.Option(min=1, max=100, help=(
+        "Candidate drafts per iteration, each checked for free; the first that holds every --check is taken "
+        "[default: several on a small model (--profile) when --check is given, else 1]"))] = None,
     max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help="Revisions at most [default: 3]")] = None,
     plain_text: PlainTextOption = None,
     examples: ExamplesOption = None,
     program: ProgramOption = None,
     human: HumanOption = None,
 ) -> None:
-    """Creator–Critic–Iterator: draft, then revise until the critic approves.
+    """Creator–Critic–Iterator: draft, then revise until the draft is approved: every --check holds, and the
+    critic approves (or, with --critic checks, the checks alone).
 
     Unset, --plain-text and --examples follow the model (loops.prose.prose_defaults)."""
-    module = load_program("refine", program, max_iterations=max_iterations, plain_text=plain_text,
+    from loops.checks import as_checks
+
+    checks = as_checks(check) or None  # a bad spec: one line, exit 2, before any LM call
+    module = load_program("refine", program, max_iterations=max_iterations, checks=checks,
+                          critic=critic.value if critic else None, samples=samples, plain_text=plain_text,
                           examples=examples, **people("refine", human))
     result, seconds = run_with_progress(module, choice, run.trace, requirements=requirements, context=context,
                                         **run.call_options())
@@ -128,6 +151,10 @@ def direct(
     goal: Annotated[str, typer.Argument(help="What to achieve")],
     choice: ModelChoice,
     run: RunOptions,
+    check: CheckOption = None,
+    evaluator: Annotated[Judge | None, typer.Option(help=(
+        "Who passes a result once every --check holds: 'checks' (they alone: no evaluator call) or 'llm' (the "
+        "evaluator) [default: checks on a small model (--profile) when --check is given, else llm]"))] = None,
     max_iterations: Annotated[int | None, typer.Option(
         min=0, max=1000, help="Plan-execute-evaluate cycles at most [default: 3]")] = None,
     plain_text: PlainTextOption = None,
@@ -135,10 +162,15 @@ def direct(
     program: ProgramOption = None,
     human: HumanOption = None,
 ) -> None:
-    """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it.
+    """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it (never while a
+    --check fails).
 
     Unset, --plain-text and --examples (of the executor) follow the model (loops.prose.prose_defaults)."""
-    module = load_program("direct", program, max_iterations=max_iterations, plain_text=plain_text,
+    from loops.checks import as_checks
+
+    checks = as_checks(check) or None
+    module = load_program("direct", program, max_iterations=max_iterations, checks=checks,
+                          evaluator=evaluator.value if evaluator else None, plain_text=plain_text,
                           examples=examples, **people("direct", human))
     result, seconds = run_with_progress(module, choice, run.trace, initial_input=goal, **run.call_options())
     report(result, seconds, "passed" if result.success else "not passed", passed="the evaluator passed")

@@ -1,6 +1,7 @@
 """The code loop's candidate strategy: how each candidate of an iteration is drawn (`Draw`: another prompt
 through worked examples, other decoding through penalties, or a seeded sample), in which order
-(`GREEDY_DRAWS`, `draws`), and the worked examples themselves.
+(`GREEDY_DRAWS`, `draws`), and the worked examples themselves. The writing roles draw their candidates
+with the same `Draw` (`loops.prose.prose_draws`: its `examples` then index `loops.prose.WORKED_DRAFTS`).
 
 A greedy answer is deterministic, so the only way to another answer is another prompt or other
 decoding; a small model's greedy answers to different prompts pass largely different tasks
@@ -10,6 +11,7 @@ decoding; a small model's greedy answers to different prompts pass largely diffe
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,7 @@ import dspy
 from loops.errors import ConfigurationError
 
 __all__ = ["ALL_EXAMPLES", "FRESH_TEMPERATURE", "GREEDY_DRAWS", "PENALIZED_MAX_TOKENS", "WORKED_EXAMPLES", "Draw",
-           "draws", "worked_examples"]
+           "checked_draws", "draws", "worked_examples"]
 
 FRESH_TEMPERATURE = 0.7
 
@@ -53,7 +55,9 @@ PENALIZED_MAX_TOKENS = 256
 class Draw:
     """How one candidate of an iteration is drawn. Plain data: a program saves its draws (`loops.saving`)."""
 
-    examples: tuple[int, ...] = ()  # the WORKED_EXAMPLES shown as demos, by index: each choice another prompt
+    # The worked examples shown as demos, by index (the code executor's WORKED_EXAMPLES; a writing role's
+    # loops.prose.WORKED_DRAFTS): each choice another prompt.
+    examples: tuple[int, ...] = ()
     sampled: bool = False  # a distinct rollout at FRESH_TEMPERATURE, seeded by its number
     # Set (0.0 included), the request's own penalty replaces the embedded engine's repeat penalty: other decoding.
     frequency_penalty: float | None = None
@@ -71,21 +75,27 @@ class Draw:
                                      "(add sampled=True)")
         object.__setattr__(self, "examples", examples)
 
-    def executor_call(self, rollout: int, *, fresh: bool = False, own_demos: bool = False
-                      ) -> tuple[dict[str, Any], tuple[dspy.Example, ...] | None]:
-        """The executor call's config and demos for this draw as candidate number `rollout` of a run.
-        `fresh` samples whatever the draw; an executor with `own_demos` (an optimized one) is shown
-        those instead of the worked examples, which makes its prompt the plain one again, so the same
-        request would get the same answer: only a sample can differ."""
+    def decoding(self, rollout: int, *, fresh: bool = False, own_demos: bool = False) -> dict[str, Any]:
+        """The call's config for this draw as candidate number `rollout` of a run: a penalty of its own, and for
+        a sample its temperature and seed. `fresh` samples whatever the draw; so does a draw shown examples
+        by a role with `own_demos` (an optimized one), which is shown those instead, which makes its prompt
+        the plain one again, so the same request would get the same answer: only a sample can differ.
+        Any writing role's candidates are drawn by it (`loops.prose`), the code executor's too."""
         config: dict[str, Any] = {}
-        demos = worked_examples(self.examples) if self.examples and not own_demos else None
         if self.frequency_penalty is not None:
             config.update(frequency_penalty=self.frequency_penalty, max_tokens=PENALIZED_MAX_TOKENS)
         if fresh or self.sampled or (self.examples and own_demos):
             # Seeded by its number (or its own seed), so a run repeats: the same task, the same candidates.
             seed = self.seed if self.seed is not None and self.sampled and not fresh else rollout
             config.update(temperature=FRESH_TEMPERATURE, rollout_id=seed, seed=seed)
-        return config, demos
+        return config
+
+    def executor_call(self, rollout: int, *, fresh: bool = False, own_demos: bool = False
+                      ) -> tuple[dict[str, Any], tuple[dspy.Example, ...] | None]:
+        """The code executor call's config (`decoding`) and demos (the worked examples it shows, unless the
+        executor has `own_demos`) for this draw as candidate number `rollout` of a run."""
+        demos = worked_examples(self.examples) if self.examples and not own_demos else None
+        return self.decoding(rollout, fresh=fresh, own_demos=own_demos), demos
 
 
 # The greedy candidates, in the order they are tried: each is another prompt (no, all or one of the
@@ -113,6 +123,21 @@ def draws(samples: int, examples: bool = False, penalty_variants: bool = False) 
     sampled = [Draw(sampled=True, examples=ALL_EXAMPLES if examples and number % 2 == 1 else ())
                for number in range(samples)]
     return tuple((greedy + sampled)[:samples])
+
+
+def checked_draws(draws: Sequence[Draw] | None, **replaced: Any) -> tuple[Draw, ...] | None:
+    """`draws` as a tuple, once it is a non-empty sequence of `Draw`s given without the options it replaces (a
+    loop's `draws=` gives the candidates themselves: `samples=` and the options choosing them would too)."""
+    if draws is None:
+        return None
+    if isinstance(draws, Draw) or not isinstance(draws, Sequence) or not draws \
+            or not all(isinstance(draw, Draw) for draw in draws):
+        raise ConfigurationError(f"draws must be a non-empty list of loops.code.Draw, got {draws!r:.200}")
+    given = [name for name, value in replaced.items() if value is not None]
+    if given:
+        raise ConfigurationError(f"draws= gives the candidates themselves; {', '.join(given)} would choose them "
+                                 "too: drop one of them")
+    return tuple(draws)
 
 
 @functools.cache

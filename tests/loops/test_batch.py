@@ -723,3 +723,55 @@ def test_the_batch_joins_a_running_two_node_cluster_by_its_address(lm_server, tm
     assert re.search(r"40 ran: 40 succeeded, 0 did not; 0 already in .* start-up, 2 Ray actors\)", stdout)
     assert sorted(record["id"] for record in records(out)) == sorted(f"t{n}" for n in range(40))
     assert lm_server.most >= 5, "each actor, one per node, ran several loops at once (at most 2 otherwise)"
+
+
+# --- checks per example, from the data ---------------------------------------------------------------------------
+
+
+def test_a_batch_file_carries_each_examples_checks_to_its_loop_and_scores_by_them(lm_server, tmp_path):
+    data, out = tmp_path / "data.jsonl", tmp_path / "out.jsonl"
+    rows = [{"id": "holds", "requirements": "a", "checks": ["include=draft"]},
+            {"id": "fails", "requirements": "picky b", "checks": ["include=draft", "max-words=1"]},
+            {"id": "none", "requirements": "c"}]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    outcome = cli_batch(lm_server, data, out)
+
+    assert outcome.exit_code == 1, outcome.output  # "fails" never holds its checks, whatever the critic says
+    found = {record["id"]: record for record in records(out)}
+    assert (found["holds"]["success"], found["holds"]["score"]) == (True, 1.0)
+    assert (found["fails"]["success"], found["fails"]["stop_reason"]) == (False, "max_iterations")
+    assert found["fails"]["score"] == pytest.approx(0.45)  # half the checks held, below 1 (the critic: never)
+    assert found["fails"]["inputs"]["checks"] == '["include=draft", "max-words=1"]'
+    assert found["none"]["success"] is True
+
+
+def test_a_bad_check_in_a_batch_file_stops_the_batch_with_exit_2(lm_server, tmp_path):
+    data, out = tmp_path / "data.jsonl", tmp_path / "out.jsonl"
+    data.write_text(json.dumps({"id": "a", "requirements": "a", "checks": ["max-wordz=3"]}) + "\n")
+
+    outcome = cli_batch(lm_server, data, out)
+
+    assert outcome.exit_code == 2, outcome.output
+    assert "unknown check 'max-wordz'" in outcome.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+def test_checks_survive_a_ray_batch_the_programs_and_each_examples(lm_server, local_ray, tmp_path):
+    from loops.checks import Count, Include
+
+    inputs = ("requirements", "checks")
+    batch = [dspy.Example(id="holds", requirements="a", checks=[Include("draft")]).with_inputs(*inputs),
+             dspy.Example(id="fails", requirements="picky b", checks=["max-words=1"]).with_inputs(*inputs)]
+    program = CreatorCriticIterator(retry=ONE_TRY, max_iterations=2, checks=[Count("word", max=5)])
+    found = {}
+    with dspy.context(lm=lm_server.lm()):
+        for backend in ("asyncio", "ray"):
+            out = tmp_path / f"{backend}.jsonl"
+            loops.batch.run(program, batch, out=out, backend=backend, metric=creator_critic_metric, progress=False)
+            found[backend] = without_timing(records(out))
+
+    assert found["ray"] == found["asyncio"]
+    assert [(record["id"], record["success"], record["score"]) for record in found["ray"]] == [
+        ("fails", False, pytest.approx(0.45)), ("holds", True, 1.0)]

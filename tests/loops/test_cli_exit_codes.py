@@ -3,6 +3,7 @@ on stderr), 3 the run failed. Scripted LMs, a loopback fake of the OpenAI API, r
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -275,6 +276,43 @@ def test_refine_exits_by_the_critics_verdict(scripted, approved, exit_code, titl
 
     assert outcome.exit_code == exit_code, outcome.output
     assert f"final draft {title}" in outcome.stdout
+
+
+@pytest.mark.parametrize(("spec", "part"), [
+    ("max-wordz=40", "error: check 'max-wordz=40': unknown check 'max-wordz'; did you mean max-words?"),
+    ("max-words=forty", "error: check 'max-words=forty': 'forty' is not N (write it as max-words=N)"),
+    ("json=yes", "error: check 'json=yes': write it as json"),
+    ("words=9..3", "Count min 9 is above max 3"),
+])
+@pytest.mark.parametrize("command", ["refine", "direct"])
+def test_a_bad_check_spec_exits_2_in_one_line_before_any_lm_call(scripted, command, spec, part):
+    outcome = invoke(command, "Write one sentence.", "--check", "include=tea", "--check", spec,
+                     "--model", "scripted/test")
+
+    assert_one_line_error(outcome, part)
+    assert scripted.lms == [] or calls(scripted.lms[0]) == 0
+
+
+def test_critic_checks_without_a_check_exits_2_before_any_lm_call(scripted):
+    outcome = invoke("refine", "Write one sentence.", "--critic", "checks", "--model", "scripted/test")
+
+    assert_one_line_error(outcome, "critic='checks' approves a draft when every check holds, and no checks were given")
+    assert all(calls(lm) == 0 for lm in scripted.lms)
+
+
+def test_refine_with_checks_shows_which_held_and_exits_by_them(scripted, tmp_path):
+    scripted.script = [critic_answer(True)] * 4  # the creator's drafts ("A draft."), the critic approving each
+    trace = tmp_path / "trace.jsonl"
+
+    outcome = invoke("refine", "Write one sentence.", "--check", "include=draft", "--check", "max-words=1",
+                     "--max-iterations", "1", "--model", "scripted/test", "--trace", str(trace))
+
+    assert outcome.exit_code == 1, outcome.output  # the critic approved; a check did not hold
+    assert "final draft (not approved)" in outcome.stdout
+    assert "│ checks  │         1 │" in outcome.stdout and "1/2 checks: has 2" in outcome.stdout  # the live table
+    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [step["role"] for step in steps] == ["creator", "checks", "critic"]
+    assert steps[1]["outputs"]["held_rules"] == ["Include the word 'draft'."]
 
 
 def test_direct_exits_0_when_the_evaluator_passes_it(scripted):

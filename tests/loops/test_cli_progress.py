@@ -45,7 +45,7 @@ def rows(output: str) -> dict[str, str]:
 def test_refine_shows_the_critics_rejection_and_traces_every_steps_outputs(server, tmp_path):
     output, steps = invoke(server, tmp_path, ["refine", "A haiku about rain"])
 
-    assert rows(output) == {"creator": "ok", "critic": "needs revision (3/3 criteria)"}
+    assert rows(output) == {"creator": "wrote 'a draft'", "critic": "needs revision (3/3 criteria)"}
     assert [step["role"] for step in steps] == ["creator", "critic"]
     assert steps[0]["outputs"]["draft"] == "a draft"
     assert steps[1]["outputs"]["approved"] is False

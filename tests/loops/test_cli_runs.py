@@ -56,7 +56,12 @@ def test_a_recorded_run_resumes_without_lm_calls_and_is_listed(lms, tmp_path):
                    "--run-id", "slogan-1", "--token-budget", "1000")
     assert again.exit_code == 1, again.output
     assert [calls(lm) for lm in lms] == [4, 0]
-    assert "Drink more water from the Aqua bottle." in again.stdout
+
+    def final_panel(stdout):
+        return stdout.split("final draft")[1].split("stop reason")[0]
+
+    assert final_panel(again.stdout) == final_panel(first.stdout)  # the same result, replayed
+    assert "Drink more water." in final_panel(again.stdout)  # both judged alike: the earlier draft is kept
 
     listed = invoke("runs", "list", db)
     assert listed.exit_code == 0, listed.output

@@ -23,7 +23,18 @@ from loops import (
     TaskResult,
     ValidationResult,
 )
-from loops.contracts import as_validation, decision, files_of, outcome_passed, verdict_approved, verdict_feedback
+from loops.checks import Count, Include, run_checks
+from loops.contracts import (
+    UNJUDGED,
+    as_validation,
+    attempt_rank,
+    decision,
+    files_of,
+    judge,
+    outcome_passed,
+    verdict_approved,
+    verdict_feedback,
+)
 from tests.scripted import Phase
 
 MODULES = {
@@ -284,3 +295,69 @@ def test_decision_truncates_a_long_value():
     message = str(caught.value)
     assert len(message) < 400
     assert "'xxxx" in message and "…" in message
+
+
+# --- the one verdict rule and the ranking of attempts ----------------------------------------------------------
+
+HELD = run_checks([Count("word", max=5), Include("wheel")], "A true wheel")
+FAILED = run_checks([Count("word", max=5), Include("wheel")], "Six words but none of them")
+JUNK = run_checks([Count("word", max=5)], "Your original content", floor="a placeholder")
+
+
+def criteria(approved, passed, feedback=""):
+    return {"accuracy_passed": passed[0], "completeness_passed": passed[1], "quality_passed": passed[2],
+            "approved": approved, "feedback": feedback}
+
+
+@pytest.mark.parametrize(("checks", "critic", "approved", "feedback"), [
+    (FAILED, True, False, "Fix these problems of the draft:\n- has 6 words; use at most 5\n"
+                          "- does not include the word 'wheel'"),  # a failing check overrides an approval
+    (FAILED, (False, "too dull"), False, "Fix these problems of the draft:\n- has 6 words; use at most 5\n"
+                                         "- does not include the word 'wheel'\ntoo dull"),  # the critic's beside
+    (HELD, None, True, ""),  # the checks alone
+    (HELD, (True, ""), True, ""),
+    (HELD, (False, "too dull"), False, "too dull"),  # every check holds: the critic decides
+    (HELD, criteria(True, (True, False, True)), False, "Failed criteria: completeness."),
+    (HELD, criteria(False, (True, True, True), "True"), False,
+     "The critic gave no reason: check the draft against every requirement and revise what falls short."),
+    (JUNK, True, False, "The draft is not the content asked for (a placeholder): write the content itself."),
+    (None, {"approved": True, "feedback": "fine"}, True, "fine"),
+])
+def test_the_verdict_rule_checks_first_then_the_critic(checks, critic, approved, feedback):
+    verdict = judge(checks, critic)
+    assert (verdict.approved, verdict.feedback) == (approved, feedback)
+    assert verdict.checks is checks and verdict.critic is critic
+
+
+def test_a_verdict_contradicting_its_criteria_either_way_is_not_taken_and_says_so():
+    approving = criteria(True, (True, False, False))
+    assert judge(None, approving).contradiction == "approved, but completeness, quality failed"
+    assert judge(None, criteria(False, (True, True, True))).contradiction == "not approved, but every criterion passed"
+    assert judge(None, criteria(False, (True, False, True))).contradiction is None
+    assert judge(None, (False, "no")).contradiction is None  # no criteria to contradict
+
+
+def test_a_reward_approves_at_its_threshold_and_never_over_a_failing_check():
+    assert judge(HELD, reward=0.8, threshold=0.7).approved
+    assert not judge(HELD, reward=0.6, threshold=0.7).approved
+    assert judge(HELD, reward=0.6, threshold=0.7).feedback == "The reward is 0.6; it must reach 0.7."
+    assert not judge(FAILED, reward=1.0, threshold=0.7).approved
+    with pytest.raises(ConfigurationError, match="a reward alone approves nothing"):
+        judge(reward=1.0)
+    with pytest.raises(ConfigurationError, match="nothing to judge by"):
+        judge()
+
+
+def test_the_ranking_puts_answers_before_junk_then_checks_held_then_the_critic_and_keeps_the_earlier():
+    ranked = sorted([
+        ("junk", attempt_rank(judge(JUNK, True), 1)),
+        ("checks fail, critic approves", attempt_rank(judge(FAILED, True), 2)),
+        ("checks hold, critic rejects", attempt_rank(judge(HELD, criteria(False, (True, False, False))), 3)),
+        ("checks hold, critic half", attempt_rank(judge(HELD, criteria(False, (True, True, False))), 4)),
+        ("approved", attempt_rank(judge(HELD, (True, "")), 5)),
+        ("approved later", attempt_rank(judge(HELD, (True, "")), 6)),
+    ], key=lambda pair: pair[1], reverse=True)
+    assert [name for name, _ in ranked] == ["approved", "approved later", "checks hold, critic half",
+                                            "checks hold, critic rejects", "checks fail, critic approves", "junk"]
+    assert attempt_rank(judge(JUNK), 99) > UNJUDGED
+    assert judge(run_checks([], "")).rank == (1, 0, 1, 0, 0.0)

@@ -1,5 +1,6 @@
 import asyncio
 import re
+import threading
 
 import dspy
 import pytest
@@ -113,8 +114,8 @@ def test_never_approved_stops_at_max_iterations_with_exact_calls(max_iterations)
     assert result.iterations == max_iterations
     assert result.stop_reason == "max_iterations"
     assert result.approved is False
-    assert result.final_draft == drafts[-1]  # all judged equal: ties go to the latest
-    assert result.best_attempt["iteration"] == max_iterations
+    assert result.final_draft == drafts[0]  # all judged equal: the earlier draft is kept (a revision must be better)
+    assert result.best_attempt["iteration"] == 1
     assert result.warnings == [f"stopped at max_iterations={max_iterations}"]
 
 
@@ -160,7 +161,7 @@ def test_a_budget_given_to_the_constructor_is_not_overridden_by_a_default_max_it
 
     result = module(requirements="r")
 
-    assert (result.iterations, result.stop_reason, result.final) == (7, "max_iterations", "D6")
+    assert (result.iterations, result.stop_reason, result.final) == (7, "max_iterations", "D0")  # all equal
     assert call_counts(lms) == {"creator": 1, "critic": 7, "iterator": 6}
     assert module.budget.max_iterations == 7
 
@@ -298,7 +299,7 @@ def test_a_verdict_that_approves_but_fails_a_criterion_is_not_approved_and_is_no
     assert call_counts(lms) == {"creator": 1, "critic": 2, "iterator": 1}
     first_review = result.trace[1]
     assert first_review.role == "critic"
-    assert first_review.note == "the critic approved but failed quality: not approved"
+    assert first_review.note == "the critic approved, but quality failed: not approved"
     assert first_review.outputs["approved"] is True  # the trace shows what the critic said
     assert result.trace[3].note is None
     assert result.warnings == ["iteration 1: the critic's verdict contradicts itself (approved, but quality "
@@ -318,13 +319,19 @@ def test_a_contradicting_verdict_at_the_last_iteration_does_not_count_as_success
     assert len(result.warnings) == 2  # the contradiction, then max_iterations
 
 
-def test_all_criteria_passed_without_approved_is_not_approved():
-    module, _ = loop_with([created("D0")], [{**verdict(passed=3), "approved": False}], [], max_iterations=1)
+def test_all_criteria_passed_without_approved_contradicts_itself_too_and_the_iterator_is_told_what_to_do():
+    # What a notebook hit: all three criteria true, `approved: false`, feedback "True". It is caught as the
+    # other direction is: not approved, noted and warned of, and the iterator gets an instruction, not "True".
+    rejecting = {**verdict(passed=3), "approved": False, "feedback": "True"}
+    module, _ = loop_with([created("D0")], [rejecting, rejecting], [revised("D1")], max_iterations=2)
 
     result = module(requirements="r")
 
     assert (result.success, result.stop_reason) == (False, "max_iterations")
-    assert result.trace[1].note is None
+    assert result.trace[1].note == "the critic not approved, but every criterion passed: not approved"
+    assert result.warnings[0] == ("iteration 1: the critic's verdict contradicts itself (not approved, but every "
+                                  "criterion passed); treated as not approved")
+    assert result.trace[2].inputs["feedback"].startswith("The critic gave no reason: check the draft")
 
 
 # --- forward and aforward, concurrency, histories ------------------------------------------------
@@ -666,3 +673,193 @@ def test_a_real_draft_is_left_to_the_critic():
 
     assert result.success and result.warnings == []
     assert next(step for step in result.trace if step.role == "critic").note is None
+
+
+# --- a user's checks (loops.checks) drive the loop -------------------------------------------------------------
+
+
+def roles(result):
+    return [step.role for step in result.trace]
+
+
+def test_a_failing_check_overrides_the_critics_approval_and_its_message_is_the_feedback():
+    module, lms = loop_with([created("A long slogan with many words")], [verdict(approved=True)] * 2,
+                            [revised("Short slogan")], checks=["max-words=3"], max_iterations=2)
+
+    result = module(requirements="A slogan.")
+
+    assert roles(result) == ["creator", "checks", "critic", "iterator", "checks", "critic"]
+    first_checks = result.trace[1]
+    assert first_checks.outputs["failed"] == [{"rule": "Use at most 3 words.", "message": "has 6 words; use at most 3"}]
+    assert first_checks.lm_calls == 0 and first_checks.outputs["held"] == 0
+    assert result.trace[3].inputs["feedback"] == "Fix these problems of the draft:\n- has 6 words; use at most 3"
+    assert (result.final, result.success, result.stop_reason) == ("Short slogan", True, "approved")
+    assert call_counts(lms) == {"creator": 1, "critic": 2, "iterator": 1}
+
+
+def test_the_critics_approval_counts_for_nothing_while_a_check_fails():
+    module, _ = loop_with([created("A long slogan with many words")], [verdict(approved=True)], [],
+                          checks=["max-words=3"], max_iterations=1)
+
+    result = module(requirements="A slogan.")
+
+    assert (result.success, result.stop_reason) == (False, "max_iterations")
+    assert result.best_attempt["checks"].failures == ["has 6 words; use at most 3"]
+    assert result.best_attempt["verdict"].approved is True  # what the critic said, overruled by the check
+
+
+def test_with_critic_checks_the_checks_alone_approve_and_no_critic_is_asked():
+    module, lms = loop_with([created("Every wheel true")], None, [], critic="checks", checks=["include=wheel"])
+
+    result = module(requirements="A slogan for a bicycle shop.")
+
+    assert (result.final, result.success, result.stop_reason) == ("Every wheel true", True, "approved")
+    assert roles(result) == ["creator", "checks"] and result.lm_calls == 1
+    assert not hasattr(module, "critic") and [name for name, _ in module.named_predictors()] == [
+        "creator.predict", "iterator"]
+
+
+def test_checks_only_mode_makes_no_critic_request_counted_at_a_loopback_server():
+    from loops.adapters import ADAPTERS
+    from loops.lm.server import ServerLM
+    from tests.loops.fake_openai import FaultyOpenAI
+
+    server = FaultyOpenAI()  # answers in shape: the creator's draft is "a draft", the critic approves
+    server.approve = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        for critic, requests in (("checks", 1), ("llm", 2)):
+            lm = ServerLM("openai/served", api_base=server.base_url(critic), cache=False, num_retries=0)
+            with dspy.context(lm=lm, adapter=ADAPTERS["compact"]):  # as `--api-base` does: one request a call
+                result = CreatorCriticIterator(critic=critic, checks=["include=draft"], retry=NO_WAIT)(
+                    requirements="A draft.")
+            lm.close()
+            assert (result.success, result.final) == (True, "a draft")
+            assert server.received[critic] == requests == result.lm_calls  # the creator's; and the critic's
+    finally:
+        server.closing.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_rules_reach_the_creators_iterators_and_critics_prompts_once():
+    module, lms = loop_with([created("A slogan with far too many words in it")], [verdict(passed=1)],
+                            [revised("Wheels")], checks=["max-words=4", "include=wheel"], max_iterations=2)
+
+    module(requirements="A slogan for a bicycle shop. Use at most 4 words.")
+
+    for role in ("creator", "critic", "iterator"):
+        asked = request_text(lms[role].engine.requests[0])
+        assert asked.count("Use at most 4 words.") == 1 and "Include the word 'wheel'." in asked, role
+
+
+def test_the_best_attempt_ranks_checks_held_first_then_the_critic_and_keeps_the_earlier_of_equals():
+    # D0 holds 1 of 2 checks (the critic passes 2 criteria); D1 holds 2 (rejected, 0 criteria); D2 holds 1 (approved
+    # by the critic, overruled). Checks held come first: D1, though the critic liked it least.
+    module, _ = loop_with([created("wheel wheel wheel wheel wheel")],
+                          [verdict(passed=2), verdict(passed=0), verdict(approved=True)],
+                          [revised("Wheel on"), revised("Wheel wheel wheel wheel wheel")],
+                          checks=["max-words=3", "include=wheel"], max_iterations=3)
+
+    result = module(requirements="A slogan.")
+
+    assert (result.final, result.success, result.best_attempt["iteration"]) == ("Wheel on", False, 2)
+    assert result.best_attempt["checks"].held == 2
+
+    tie, _ = loop_with([created("wheel wheel wheel wheel")], [verdict(passed=1)] * 2,
+                       [revised("wheel wheel wheel wheel wheel")],
+                       checks=["max-words=3", "include=wheel"], max_iterations=2)
+    assert tie(requirements="A slogan.").final == "wheel wheel wheel wheel"  # equal on every count: the earlier
+
+
+def test_no_draft_is_ever_edited_to_hold_a_check():
+    long = " ".join(["This draft runs on and on well past the forty words the rule allows."] * 4)
+    module, lms = loop_with([created(long)], [verdict(approved=True)] * 2, [revised(long + " More.")],
+                            checks=["max-words=40", "include=BPA-free"], max_iterations=2)
+
+    result = module(requirements="A product description.")
+
+    written = [step.outputs.get("draft") or step.outputs.get("improved_draft") for step in result.trace
+               if step.role in ("creator", "iterator")]
+    assert result.final == long and result.final in written  # the text a role wrote, not cut to 40 words
+    assert not result.success
+
+
+def test_samples_draw_candidates_until_one_holds_every_check_then_fresh_drafts_are_told_what_failed():
+    creator = scripted_lm([created("No match here"), created("Still no match"), created("A wheel")])
+    iterator = scripted_lm([revised("Revised, no match")])
+    module = CreatorCriticIterator(retry=NO_WAIT, samples=2, critic="checks", checks=["include=wheel"],
+                                   max_iterations=2)
+    module.creator.set_lm(creator)
+    module.iterator.set_lm(iterator)
+
+    result = module(requirements="A slogan.")
+
+    assert roles(result) == ["creator", "checks", "creator.2", "checks", "iterator", "checks", "creator.2", "checks"]
+    assert (result.final, result.success, result.iterations) == ("A wheel", True, 2)
+    first, second, fresh = creator.engine.requests
+    assert first.config.temperature in (None, 0.0) and second.config.temperature == 0.7  # greedy, then a sample
+    assert second.config.seed == 2 and fresh.config.seed == 4  # seeded by their number: a rerun draws the same
+    assert "does not include the word 'wheel'" in request_text(fresh)  # the failed rule, restated
+    assert "does not include the word 'wheel'" in request_text(iterator.engine.requests[0])
+
+
+def test_the_calls_checks_add_to_the_modules():
+    module, _ = loop_with([created("Every wheel")], [verdict(approved=True)], [], checks=["include=wheel"],
+                          max_iterations=1)
+
+    result = module(requirements="A slogan.", checks=["max-words=1"])
+
+    assert result.trace[1].outputs["total"] == 2 and not result.success
+
+
+def test_junk_is_never_approved_by_the_checks_alone():
+    module, _ = loop_with([created("Your original content")], None, [], critic="checks", checks=["max-words=5"],
+                          max_iterations=1)
+
+    result = module(requirements="A slogan.")
+
+    assert result.success is False and result.trace[1].outputs["floor"].startswith("a placeholder")
+    assert result.trace[1].note == "junk (a placeholder ('your original content'), not a draft): not approved"
+
+
+def test_a_check_that_raises_ends_the_run_with_the_draft_kept():
+    def broken(draft):
+        raise KeyError("oops")
+
+    module, _ = loop_with([created("D0")], [verdict(approved=True)], [], checks=[broken])
+
+    result = module(requirements="r")
+
+    assert (result.stop_reason, result.final) == ("error", "D0")
+    assert isinstance(result.error, RoleFailed) and "a check raised KeyError" in str(result.error)
+    assert result.trace[-1].role == "checks" and result.trace[-1].error
+
+
+@pytest.mark.parametrize(("options", "call", "message"), [
+    ({"critic": "checks"}, {}, "critic='checks' approves a draft when every check holds, and no checks were given"),
+    ({"critic": "cheks"}, None, "the critic phase must be callable as critic.*or be 'checks'"),
+    ({"checks": [42]}, None, "is neither a check"),
+    ({"checks": ["max-wordz=4"]}, None, "did you mean max-words"),
+    ({}, {"checks": "words=9..3"}, "Count min 9 is above max 3"),
+    ({"samples": 0}, None, "samples must be an int >= 1"),
+])
+def test_check_mistakes_are_refused_before_any_lm_call(options, call, message):
+    lm = scripted_lm([])
+    with dspy.context(lm=lm), pytest.raises(ConfigurationError, match=message):
+        CreatorCriticIterator(**options)(requirements="r", **(call or {}))
+    assert calls(lm) == 0
+
+
+def test_on_the_embedded_model_with_checks_the_checks_alone_approve_from_several_candidates():
+    from loops.prose import EMBEDDED_PROSE
+    from tests.loops.test_code_loop import embedded_lookalike
+
+    lm = embedded_lookalike(lambda engine, request: "A wheel" if len(engine.requests) == 3 else "No match")
+    with dspy.context(lm=lm):
+        module = CreatorCriticIterator(checks=["include=wheel"], max_iterations=1)
+        result = module(requirements="A slogan.")
+        assert module.settings()["critic"] == "checks" and module.settings()["samples"] == EMBEDDED_PROSE.samples
+
+    assert (result.final, result.success) == ("A wheel", True)
+    assert roles(result) == ["creator", "checks", "creator.2", "checks", "creator.3", "checks"]  # no critic

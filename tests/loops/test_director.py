@@ -152,8 +152,8 @@ def test_at_max_iterations_final_and_best_attempt_are_the_last_result(max_iterat
         return
     assert result.final == f"R{max_iterations}"  # the LAST result...
     assert result.success is False  # ...judged by its own verdict
-    best = result.best_attempt  # ...and of equal verdicts the best is the latest
-    assert (best["iteration"], best["result"], best["feedback"]) == (max_iterations, f"R{max_iterations}", "FAIL")
+    best = result.best_attempt  # ...and of equal verdicts the best is the earlier (loops.contracts.attempt_rank)
+    assert (best["iteration"], best["result"], best["feedback"]) == (1, "R1", "FAIL")
 
 
 # --- what the controller decides -----------------------------------------------------------------
@@ -239,11 +239,8 @@ def test_an_exception_in_any_phase_ends_the_loop_with_the_earlier_work_kept(fail
     assert roles_and_iterations(result) == expected
     assert result.trace[-1].error == f"ValueError: {failing} broke"
     # Once the second result exists it is `final` (unjudged when the evaluator failed on it); the best
-    # attempt stays the first, judged, unless the second was judged as well.
-    judged_late = failing == "controller"
-    best = 2 if judged_late else 1
-    assert result.best_attempt == {"iteration": best, "plan": f"plan {best}", "result": f"result {best}",
-                                   "feedback": "FAIL"}
+    # attempt stays the first, judged: the second, judged as well (FAIL), is no better.
+    assert result.best_attempt == {"iteration": 1, "plan": "plan 1", "result": "result 1", "feedback": "FAIL"}
     failed_late = failing in ("evaluator", "controller")
     assert (result.final, result.success) == ("result 2" if failed_late else "result 1", False)
     assert phases["director"].args == [("goal", 1), ("input 2", 2)]
@@ -557,3 +554,54 @@ def test_an_empty_result_fails_without_asking_the_evaluator():
     step = next(step for step in result.trace if step.role == "evaluator")
     assert step.lm_calls == 0 and step.note == "junk (empty): FAIL"
     assert "the evaluator was not asked" in " ".join(result.warnings)
+
+
+# --- a user's checks (loops.checks): no PASS while a check fails ------------------------------------------------
+
+
+def test_no_pass_while_a_check_fails_whatever_the_evaluator_says_and_the_controller_is_told_which():
+    scripts = {"director": [planned("P1"), planned("P2")], "executor": [done("A long statement."), done("Why?")],
+               "evaluator": [judged("PASS"), judged("PASS")], "controller": [decided()]}
+    module, lms = loop_with(scripts, checks=["ends-with=?"], max_iterations=2)
+
+    result = module(initial_input="A question for the reader.")
+
+    assert [step.role for step in result.trace] == ["director", "executor", "checks", "evaluator", "controller",
+                                                    "director", "executor", "checks", "evaluator"]
+    assert (result.final, result.success, result.stop_reason) == ("Why?", True, "stopped")
+    first = result.trace[4].inputs  # the controller's: FAIL, with the failed check, though the evaluator said PASS
+    assert (first["status"], first["feedback"]) == ("FAIL", "Fix these problems of the draft:\n- ends with "
+                                                             "'A long statement.', not a question mark (?)")
+    assert "End with a question mark (?)." in request_text(lms["director"].engine.requests[0])
+    assert "End with a question mark (?)." in request_text(lms["executor"].engine.requests[0])
+
+
+def test_with_evaluator_checks_the_checks_alone_pass_a_result():
+    module, lms = loop_with({"director": [planned("P1")], "executor": [done("Why?")], "controller": []},
+                            evaluator="checks", checks=["ends-with=?"])
+
+    result = module(initial_input="A question.")
+
+    assert (result.success, result.stop_reason) == (True, "stopped")
+    assert [step.role for step in result.trace] == ["director", "executor", "checks"]
+    assert not hasattr(module, "evaluator")
+
+
+def test_a_custom_evaluators_pass_is_overruled_by_a_failing_check_and_its_value_kept():
+    controller = Phase(("stop", "kept"))
+    module, _ = loop_with({"director": [planned("P1")], "executor": [done("Statement.")]}, evaluator=Phase(True),
+                          controller=controller, checks=["ends-with=?"], max_iterations=1)
+
+    result = module(initial_input="A question.")
+
+    feedback = controller.args[0][0]
+    assert feedback["status"] == "FAIL" and feedback["evaluation"] is True
+    assert feedback["checks"].failures == ["ends with 'Statement.', not a question mark (?)"]
+    assert (result.final, result.success) == ("kept", False)
+
+
+def test_director_check_mistakes_are_refused_before_any_lm_call():
+    with pytest.raises(ConfigurationError, match="evaluator='checks' passes a result when every check holds"):
+        DirectorExecutorEvaluatorController(evaluator="checks")(initial_input="goal")
+    with pytest.raises(ConfigurationError, match="the evaluator phase must be callable as evaluator"):
+        DirectorExecutorEvaluatorController(evaluator="check")

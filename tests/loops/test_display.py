@@ -107,7 +107,11 @@ def step(role, outputs=None, error=None, tokens=None):
     (step("evaluator", {"result": {"status": "FAIL"}}), "FAIL", ("evaluator passed", 0.0)),
     (step("controller", {"action": "continue", "next_input": "x"}), "decides: continue", None),
     (step("analyst", {"success": False, "analysis": "a", "next_input": "b"}), "judges: failure", None),
-    (step("creator", {"reasoning": "r", "draft": "d"}), "ok", None),
+    (step("creator", {"reasoning": "r", "draft": "Rain on\n the roof"}), "wrote 'Rain on the roof'", None),
+    (step("iterator", {"improved_draft": "x" * 60}), f"wrote '{'x' * 47}…'", None),
+    (step("checks", {"held": 1, "total": 2, "passed": False, "floor": None,
+                     "failed": [{"rule": "Use at most 3 words.", "message": "has 6 words; use at most 3"}]}),
+     "1/2 checks: has 6 words; use at most 3", ("checks held", 0.5)),
     (step("critic", None, error="RoleFailed: the critic timed out"), "error: RoleFailed: the critic timed out", None),
     (step("validator", {"result": "not a test run"}), "ok", None),
 ])

@@ -23,10 +23,15 @@ def test_the_defaults_follow_the_kind_of_model():
     assert EMBEDDED_PROSE.plain_text and EMBEDDED_PROSE.examples and EMBEDDED_PROSE.max_tokens
     assert not (HOSTED_PROSE.plain_text or HOSTED_PROSE.examples or HOSTED_PROSE.max_tokens)
     with dspy.context(lm=local_lm()):
-        assert CreatorCriticIterator().settings() == {"plain_text": True, "examples": True,
-                                                      "max_tokens": EMBEDDED_PROSE.max_tokens}
-        assert CreatorCriticIterator(plain_text=False).settings() == {"plain_text": False, "examples": True,
-                                                                      "max_tokens": None}
+        settings = CreatorCriticIterator().settings()
+        assert {key: settings[key] for key in ("plain_text", "examples", "max_tokens", "samples", "critic")} == {
+            "plain_text": True, "examples": True, "max_tokens": EMBEDDED_PROSE.max_tokens, "samples": 1,
+            "critic": "llm"}  # without checks nothing judges candidates for free: one, and the critic
+        settings = CreatorCriticIterator(checks=["max-words=9"]).settings()
+        assert (settings["samples"], settings["critic"]) == (EMBEDDED_PROSE.samples, "checks")
+        assert len(settings["draws"]) == EMBEDDED_PROSE.samples
+        settings = CreatorCriticIterator(plain_text=False).settings()
+        assert (settings["plain_text"], settings["examples"], settings["max_tokens"]) == (False, True, None)
     with pytest.raises(ConfigurationError, match="plain_text must be True, False or None"):
         CreatorCriticIterator(plain_text="yes")
 
@@ -43,7 +48,8 @@ def test_on_the_embedded_model_the_creator_and_iterator_write_plain_text_the_cre
         result = CreatorCriticIterator(max_iterations=2, retry=NO_WAIT)(requirements="A haiku about rain.")
 
     creator, critic, iterator, _ = lm.engine.requests
-    assert result.final_draft == "Rain on the roof\nThe street shines\nA cat sleeps"  # the text itself
+    # The text itself; the critic judged both alike (it contradicts itself), so the earlier is kept.
+    assert result.final_draft == "Rain taps the glass\nThe garden drinks\nPuddles hold the sky"
     assert creator.messages[-1].text.endswith("Answer with the draft only.")
     assert all(text in request_text(creator) for _, text in WORKED_DRAFTS)  # the worked examples, as demos
     assert creator.config.max_tokens == iterator.config.max_tokens == EMBEDDED_PROSE.max_tokens

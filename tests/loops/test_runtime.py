@@ -269,10 +269,10 @@ def test_a_configuration_error_raised_in_a_phase_propagates_even_without_strict(
 class Forgetful(CreatorCriticIterator):
     """A pattern with a bug in its own control flow: a forgotten `yield from`."""
 
-    def _loop(self, run, requirements, context):
+    def _loop(self, run, requirements, context, checks):
         run.next_iteration()
-        draft = self._create(run, requirements, context, self.settings()).draft  # the generator, not its result
-        yield from self._review(run, requirements, draft)
+        draft = run.call("creator", requirements=requirements, context=context).draft  # the generator, not its result
+        yield from run.call("critic", requirements=requirements, draft=draft)
         return run.finish("approved")
 
 

@@ -41,3 +41,34 @@ def test_saving_builds_the_programs_state_once(tmp_path, monkeypatch):
     program = CreatorCriticIterator()
     program.save(tmp_path / "program.json")
     assert built == [program]
+
+
+def test_checks_survive_save_and_load_and_a_python_object_among_them_is_asked_for_again(tmp_path):
+    import pydantic
+    import pytest
+
+    from loops import ConfigurationError, DirectorExecutorEvaluatorController
+    from loops.checks import Count, Include, MatchesModel, MatchesSchema
+    from loops.code import Draw
+
+    checks = [Count("word", max=40), "include=BPA-free", MatchesSchema({"type": "object"})]
+    program = CreatorCriticIterator(checks=checks, critic="checks", draws=[Draw(), Draw(sampled=True, seed=3)])
+    program.save(tmp_path / "refine.json")
+    loaded = load(tmp_path / "refine.json")
+    assert loaded.checks == (Count("word", max=40), Include("BPA-free"), MatchesSchema({"type": "object"}))
+    assert loaded.settings()["critic"] == "checks" and loaded.draws == program.draws
+
+    director = DirectorExecutorEvaluatorController(checks=["ends-with=?"], evaluator="checks")
+    director.save(tmp_path / "direct.json")
+    assert load(tmp_path / "direct.json").settings()["evaluator"] == "checks"
+
+    class Product(pydantic.BaseModel):
+        name: str
+
+    def friendly(draft):
+        return "hello" in draft.lower()
+
+    CreatorCriticIterator(checks=[MatchesModel(Product), friendly]).save(tmp_path / "custom.json")
+    with pytest.raises(ConfigurationError, match=r"pass it again, e.g. loops.load\(path, checks=...\)"):
+        load(tmp_path / "custom.json")
+    assert load(tmp_path / "custom.json", checks=[friendly]).checks == (friendly,)

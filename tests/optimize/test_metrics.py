@@ -152,3 +152,32 @@ def test_honest_scores_a_run_whose_code_returns_the_tested_values_as_a_failure()
     # A test command that does not parse (an unbalanced quote) has no inline program to read: scored as it is.
     unbalanced = dspy.Example(initial_input="write f", test_command="python -c 'assert f(3) == 99")
     assert honest(execute_validate_metric)(unbalanced, fair) == 1.0
+
+
+# --- metrics built from checks ----------------------------------------------------------------------------------
+
+
+def test_checks_metric_scores_the_final_text_by_the_checks_held_and_gepa_reads_what_failed():
+    from loops.checks import run_checks
+    from loops.optimize import checks_metric
+
+    metric = checks_metric(["max-words=3", "include=wheel"])
+    example = dspy.Example(requirements="A slogan for a bike shop.").with_inputs("requirements")
+
+    assert metric(example, dspy.Prediction(final="True wheel")) == 1.0
+    assert metric(example, dspy.Prediction(final="Every wheel runs true here")) == pytest.approx(0.45)
+    assert metric(example, dspy.Prediction(final="Your original content")) == 0.0  # junk holds nothing
+    assert metric(example, dspy.Prediction(final="True wheel"), trace=[]) is True
+    answer = metric(example, dspy.Prediction(final="Bikes", stop_reason="max_iterations"), None, "creator", [])
+    assert answer.score == 0.45
+    assert answer.feedback.startswith("The final draft fails: does not include the word 'wheel'")
+
+    per_example = checks_metric()  # each example's own checks, as refine_examples carries them
+    carried = dspy.Example(requirements="r", checks=["ends-with=?"]).with_inputs("requirements", "checks")
+    assert per_example(carried, dspy.Prediction(final="Why?")) == 1.0
+    with pytest.raises(Exception, match="checks_metric has no checks"):
+        per_example(example, dspy.Prediction(final="x"))
+
+    # refine's own metric reads the run's checks when it had some: the share held, not the critic's criteria
+    best = {"verdict": verdict(True, True, True), "checks": run_checks(["include=wheel"], "Bikes")}
+    assert creator_critic_metric(EXAMPLE, run(best_attempt=best)) == 0.0

@@ -105,13 +105,76 @@ def test_creator_critic_loop_revises_until_the_critic_approves():
     assert run(source) == ("draft for a slogan (shorter, please)", [])
 
 
-def test_creator_critic_loop_at_max_iterations_returns_the_last_draft():
+def test_creator_critic_loop_at_max_iterations_returns_the_best_draft_the_earlier_of_equals():
     source = """(creator-critic-loop
   (max-iterations 2) (requirements "r") (context "c")
   (creator (lambda (requirements context n) (string-append context "0")))
   (critic (lambda (requirements draft n) #f))
   (iterator (lambda (requirements draft verdict n) (string-append draft "+"))))"""
-    assert run(source) == ("c0+", ["<string>:1:1: creator-critic-loop: stopped at max_iterations=2"])
+    assert run(source) == ("c0", ["<string>:1:1: creator-critic-loop: stopped at max_iterations=2"])
+
+
+CHECKED = """(creator-critic-loop
+  (max-iterations 3)
+  (requirements "a slogan")
+  (checks (check:max-words 3) (check "include=wheel")
+          (lambda (draft) (if (string-contains? draft "!") "shouts" #t)))
+  (creator (lambda (requirements context n) "A slogan about bicycles and more"))
+  {critic}
+  (iterator (lambda (requirements draft feedback n)
+              (begin (set! told feedback) (if (= n 2) "Wheel go!" "True wheel")))))"""
+
+
+def test_a_checks_clause_judges_every_draft_first_and_its_messages_are_the_feedback():
+    checked = CHECKED.format(critic="(critic (lambda (r d n) #t))")
+    source = f"(define told nil) (define value {checked}) (list value told)"
+    (value, told), warnings = run(source)
+    assert value == "True wheel"  # the critic approved all three; the checks held only for the third
+    assert told == "Fix these problems of the draft:\n- shouts"
+    assert warnings == []
+
+
+def test_without_a_critic_clause_the_checks_alone_approve():
+    program = compile_program("(define told nil) " + CHECKED.format(critic=""))
+    result = program()
+    assert (result.result, result.stop_reason, result.success) == ("True wheel", "approved", True)
+    checks = [step.outputs for step in result.trace if step.role == "checks"]
+    assert [(outputs["held"], outputs["total"]) for outputs in checks] == [(1, 3), (2, 3), (3, 3)]
+    assert checks[0]["failed"][0] == {"rule": "Use at most 3 words.", "message": "has 6 words; use at most 3"}
+
+
+def test_the_director_loop_takes_a_checks_clause_too():
+    source = """(director-evaluator-loop
+  (max-iterations 2) (initial-director-input "a tweet")
+  (checks (check:ends-with "?"))
+  (director (lambda (input n) input))
+  (executor (lambda (plan n) (if (= n 1) "A statement." "A question?")))
+  (controller (lambda (feedback plan result n) (list 'continue (get-field feedback "feedback")))))"""
+    result = compile_program(source)()
+    assert (result.result, result.stop_reason, result.success) == ("A question?", "stopped", True)
+
+
+@pytest.mark.parametrize(("clause", "error", "message"), [
+    ("(checks)", DslSyntaxError, "clause 'checks' takes the checks"),
+    ("(checks 42)", DslTypeError, "checks: 42 is not a check"),
+    ("(checks (lambda (a b) #t))", ArityError, "a check takes one argument"),
+    ("(checks (check:max-words \"many\"))", DslValueError, "'many' is not N"),
+    ("(checks (check \"max-wordz=3\"))", DslValueError, "did you mean max-words"),
+    ("(checks (check:json 1))", ArityError, "'check:json' takes no argument"),
+])
+def test_a_bad_checks_clause_is_an_error_at_its_position(clause, error, message):
+    source = f"""(creator-critic-loop (max-iterations 1) (requirements "r") {clause}
+  (creator (lambda (r c n) "d")) (iterator (lambda (r d f n) d)))"""
+    with pytest.raises(error, match=message) as raised:
+        run(source)
+    assert raised.value.node is not None
+
+
+def test_a_check_lambda_that_returns_no_verdict_is_an_error_at_the_clause():
+    source = """(creator-critic-loop (max-iterations 1) (requirements "r") (checks (lambda (draft) 42))
+  (creator (lambda (r c n) "d")) (iterator (lambda (r d f n) d)))"""
+    with pytest.raises(DslValueError, match="a check returns #t or nil when it holds, #f or a message"):
+        run(source)
 
 
 MALFORMED = [
@@ -280,12 +343,12 @@ def test_every_phase_gets_1_based_iterations_and_the_loop_stops_at_max_iteration
         expected = [("creator", 1), ("critic", 1)] if max_iterations else []
         for n in range(2, max_iterations + 1):
             expected += [("iterator", n), ("critic", n)]
-        last_value = "draft" + "+" * (max_iterations - 1) if max_iterations else ()
+        last_value = "draft" if max_iterations else ()  # all judged alike: the best is the earliest
     else:
         expected = [(role, n) for n in range(1, max_iterations + 1) for role in per_iteration]
         last_value = (last_result[0], max_iterations) if max_iterations else ()
     assert list(calls) == expected
-    assert value == last_value  # the last executor result (the last draft); nil when nothing ran
+    assert value == last_value  # the last executor result (refine: the best draft); nil when nothing ran
     assert warnings == ([f"<string>:3:15: {form}: stopped at max_iterations={max_iterations}"]
                         if max_iterations else [])
 
