@@ -18,14 +18,16 @@ rotated per round, so that a machine busy with other work slows all of them alik
 - `direct, LlamaRAMCache` (`--ram-cache`): the same with a plain `Llama` and llama-cpp-python's own cache of
   the same size, whose states carry a copy of the last batch's logits.
 
-Prints wall-clock medians over the rounds (the model's threads change with the load, so CPU time would not
-compare 1 and 2 threads fairly; the load is printed alongside): the model's load, run 1, run 2, and their
-ratios; for the library and the direct calls, where the LM time went: reading prompts (llama.cpp's prompt
-evaluation), generating (its evaluation of each new token), and the rest (sampling under the JSON grammar,
-states saved and loaded, Python). `threads` reads one role prompt and generates from it on 1..N threads while
-busy processes keep `--loads` cores busy (0.25: one process busy a quarter of the time), to choose the rule
-of `loops.lm.cores`. Goals (issue 35): the two runs together at least 2.5x faster than today, run 1 no
-slower; the library's LM time within 1.1x of the direct calls'. See benchmarks/README.md.
+Prints, for each loop of the workload, wall-clock medians over the rounds and, beside them, CPU seconds (on
+a loaded machine the CPU time a process got is steadier than the wall clock, but it compares fairly only
+when both sides ran on one thread: two threads spin at their barriers), in all and in the LM calls; the ratios
+of the goals, taken within each round; and where the LM time went: reading prompts (llama.cpp's prompt
+evaluation), generating (its evaluation of each new token), and the rest (sampling, under the JSON grammar
+for the critic, states saved and loaded, Python). `threads` reads one role prompt and generates from it on
+1..N threads while busy processes keep `--loads` cores busy (0.25: one process busy a quarter of the time),
+to choose the rule of `loops.lm.cores`. Goals (issue 35): the refine loop's two runs together at least 2.5x
+faster than today, its run 1 no slower; the library's LM time within 1.1x of the direct calls'. See
+benchmarks/README.md, "The embedded model's speed".
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ FIX_TESTS = ("from solution import second_largest\n\n\n"
              "    assert second_largest([5, 5, 4]) == 4\n"
              "    assert second_largest([-1, -7, -3]) == -3\n")
 RUNS = 2
+LOOPS = ("refine", "fix")
 
 
 def _perf() -> dict[str, float]:
@@ -79,56 +82,69 @@ def _fix_loop(lm: Any, workspace: Any) -> Any:
                                                    timeout_s=None))
 
 
+def _part(wall: float, cpu: float, lm: float, lm_cpu: float, requests: int, llama: dict[str, float],
+          threads: int, outcome: str | None = None) -> dict[str, Any]:
+    """What one loop of one run took: wall and CPU seconds in all and in the LM calls, llama.cpp's counts."""
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "lm_s": round(lm, 3), "lm_cpu_s": round(lm_cpu, 3),
+            "requests": requests, "llama": llama, "threads": threads, "outcome": outcome}
+
+
 def loop_worker(record: Path | None) -> dict[str, Any]:
-    """The workload through the library, twice, in this process: times, llama.cpp's counts, and (`record`)
-    every request as llama-cpp-python received it, by run."""
+    """The workload through the library, twice, in this process: for each run and loop, times and llama.cpp's
+    counts, and (`record`) every request as llama-cpp-python received it."""
     import dspy
 
     from loops import CreatorCriticIterator, Workspace
     from loops.lm import embedded
 
-    requests: list[list[Any]] = [[] for _ in range(RUNS)]
-    run_number = 0
-    lm_seconds = [0.0] * RUNS
+    requests: list[dict[str, list[Any]]] = [{loop: [] for loop in LOOPS} for _ in range(RUNS)]
+    now = {"run": 0, "loop": LOOPS[0], "lm_s": 0.0, "lm_cpu_s": 0.0}
 
     class Recording(embedded.LlamaEngine):
         def complete(self, request: Any) -> Any:
-            requests[run_number].append([embedded._llama_messages(request), embedded._generation_options(request)])
-            started = time.perf_counter()
+            requests[now["run"]][now["loop"]].append(
+                [embedded._llama_messages(request), embedded._generation_options(request)])
+            started, cpu = time.perf_counter(), time.process_time()
             try:
                 return super().complete(request)
             finally:
-                lm_seconds[run_number] += time.perf_counter() - started
+                now["lm_s"] += time.perf_counter() - started
+                now["lm_cpu_s"] += time.process_time() - cpu
+
+    def refine() -> str:
+        return CreatorCriticIterator(max_iterations=2)(requirements=REFINE_REQUIREMENTS).stop_reason
+
+    def fix() -> str:
+        with Workspace() as workspace:
+            workspace.write({"test_solution.py": FIX_TESTS})
+            return _fix_loop(lm, workspace)(initial_input=FIX_TASK, test_command=(
+                f"{sys.executable} -m pytest -q -p no:cacheprovider test_solution.py")).stop_reason
 
     started = time.perf_counter()
-    embedded._shared_model()
+    llama = embedded._shared_model()
     report: dict[str, Any] = {"load_s": round(time.perf_counter() - started, 3), "runs": []}
     engine = Recording()
     lm = dspy.LM(embedded.MODEL, engine=engine, async_engine=embedded.AsyncLlamaEngine(engine), temperature=0.0,
                  max_tokens=embedded.DEFAULT_MAX_TOKENS, cache=False)
-    for run_number in range(RUNS):
-        perf, cpu, started = _perf(), time.process_time(), time.perf_counter()
-        with dspy.context(lm=lm):
-            refine = CreatorCriticIterator(max_iterations=2)(requirements=REFINE_REQUIREMENTS)
-            refine_s = time.perf_counter() - started
-            with Workspace() as workspace:
-                workspace.write({"test_solution.py": FIX_TESTS})
-                fixed = _fix_loop(lm, workspace)(initial_input=FIX_TASK, test_command=(
-                    f"{sys.executable} -m pytest -q -p no:cacheprovider test_solution.py"))
-        report["runs"].append({
-            "wall_s": round(time.perf_counter() - started, 3), "cpu_s": round(time.process_time() - cpu, 3),
-            "refine_s": round(refine_s, 3), "lm_s": round(lm_seconds[run_number], 3),
-            "requests": len(requests[run_number]), "llama": _since(perf, _perf()),
-            "outcomes": [refine.stop_reason, fixed.stop_reason], "threads": embedded._shared_model().n_threads,
-        })
+    for run in range(RUNS):
+        parts = {}
+        for loop, body in zip(LOOPS, (refine, fix), strict=True):
+            now.update(run=run, loop=loop, lm_s=0.0, lm_cpu_s=0.0)
+            perf, cpu, started = _perf(), time.process_time(), time.perf_counter()
+            with dspy.context(lm=lm):
+                outcome = body()
+            parts[loop] = _part(time.perf_counter() - started, time.process_time() - cpu, now["lm_s"],
+                                now["lm_cpu_s"], len(requests[run][loop]), _since(perf, _perf()), llama.n_threads,
+                                outcome)
+        report["runs"].append(parts)
     if record is not None:
         record.write_text(json.dumps(requests))
     return report
 
 
 def direct_worker(record: Path, ram_cache: bool) -> dict[str, Any]:
-    """The recorded requests straight to llama-cpp-python, twice as the library sent them: the library's
-    state cache and thread rule, or (`ram_cache`) a plain Llama with llama-cpp-python's own cache."""
+    """The recorded requests straight to llama-cpp-python, as the library sent them: the library's state
+    cache and thread rule, or (`ram_cache`) a plain Llama with llama-cpp-python's own cache."""
     import llama_cpp
 
     from loops.lm import embedded
@@ -154,16 +170,17 @@ def direct_worker(record: Path, ram_cache: bool) -> dict[str, Any]:
                 "generate_s": data.t_eval_ms / 1000, "generated_tokens": data.n_eval}
 
     for run in requests:
-        before, cpu, started = perf(), time.process_time(), time.perf_counter()
-        for messages, options in run:
-            if free_cores is not None:
-                threads = free_cores.update()
-                llama_cpp.llama_set_n_threads(llama.ctx, threads, threads)
-            llama.create_chat_completion(messages=messages, **options)
-        wall = time.perf_counter() - started
-        report["runs"].append({"wall_s": round(wall, 3), "cpu_s": round(time.process_time() - cpu, 3),
-                               "lm_s": round(wall, 3), "requests": len(run), "llama": _since(before, perf()),
-                               "threads": threads})
+        parts = {}
+        for loop, calls in run.items():
+            before, cpu, started = perf(), time.process_time(), time.perf_counter()
+            for messages, options in calls:
+                if free_cores is not None:
+                    threads = free_cores.update()
+                    llama_cpp.llama_set_n_threads(llama.ctx, threads, threads)
+                llama.create_chat_completion(messages=messages, **options)
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+            parts[loop] = _part(wall, cpu, wall, cpu, len(calls), _since(before, perf()), threads)
+        report["runs"].append(parts)
     llama.close()
     return report
 
@@ -228,55 +245,57 @@ def _ratio(first: list[dict[str, Any]], second: list[dict[str, Any]], read: Any)
     return statistics.median(read(one) / read(other) for one, other in zip(first, second, strict=True))
 
 
-def _field(number: int, field: str) -> Any:
-    return lambda report: report["runs"][number][field]
+def _field(number: int, loop: str, field: str) -> Any:
+    return lambda report: report["runs"][number][loop][field]
 
 
-def _llama(number: int, field: str) -> Any:
-    return lambda report: report["runs"][number]["llama"][field]
+def _llama(number: int, loop: str, field: str) -> Any:
+    return lambda report: report["runs"][number][loop]["llama"][field]
 
 
-def _both(report: dict[str, Any]) -> float:
-    return sum(entry["wall_s"] for entry in report["runs"])
-
-
-def _cpu_both(report: dict[str, Any]) -> float:
-    return sum(entry["cpu_s"] for entry in report["runs"])
+def _both(loop: str, field: str = "wall_s") -> Any:
+    return lambda report: sum(entry[loop][field] for entry in report["runs"])
 
 
 def summary(reports: dict[str, list[dict[str, Any]]]) -> list[str]:
     """The table of medians, the goals' ratios and where the LM time went."""
-    lines = [f"{'candidate':24} {'load':>6} {'run 1':>7} {'run 2':>7} {'both':>7} {'LM 1':>7} {'LM 2':>7}  threads"]
-    for name, mine in reports.items():
-        threads = sorted({entry["threads"] for report in mine for entry in report["runs"]})
-        lines.append(f"{name:24} {_median(mine, lambda report: report['load_s']):6.2f} "
-                     f"{_median(mine, _field(0, 'wall_s')):7.2f} {_median(mine, _field(1, 'wall_s')):7.2f} "
-                     f"{_median(mine, _both):7.2f} {_median(mine, _field(0, 'lm_s')):7.2f} "
-                     f"{_median(mine, _field(1, 'lm_s')):7.2f}  {threads}")
+    lines = []
+    for loop in LOOPS:
+        lines += [f"{loop}: wall seconds (CPU seconds), medians",
+                  f"  {'candidate':24} {'run 1':>16} {'run 2':>16} {'LM run 1':>16} {'LM run 2':>16}  threads"]
+        for name, mine in reports.items():
+            cells = [f"{_median(mine, _field(number, loop, wall)):7.2f} "
+                     f"({_median(mine, _field(number, loop, cpu)):6.2f})"
+                     for wall, cpu in (("wall_s", "cpu_s"), ("lm_s", "lm_cpu_s")) for number in range(RUNS)]
+            threads = sorted({entry[loop]["threads"] for report in mine for entry in report["runs"]})
+            lines.append(f"  {name:24} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {cells[3]:>16}  {threads}")
     today, library, direct = reports["today"], reports["library"], reports["direct"]
-    lines += [
-        "",
-        f"today / library, both runs: {_ratio(today, library, _both):.2f}x (goal >= 2.5); "
-        f"run 1: {_ratio(today, library, _field(0, 'wall_s')):.2f}x (goal >= 1.0); "
-        f"run 2: {_ratio(today, library, _field(1, 'wall_s')):.2f}x",
-        f"today / library, the refine loop alone: run 1 {_ratio(today, library, _field(0, 'refine_s')):.2f}x, "
-        f"run 2 {_ratio(today, library, _field(1, 'refine_s')):.2f}x",
-        f"today / library in CPU time (fair only when both ran on one thread): both runs "
-        f"{_ratio(today, library, _cpu_both):.2f}x, run 1 {_ratio(today, library, _field(0, 'cpu_s')):.2f}x, "
-        f"run 2 {_ratio(today, library, _field(1, 'cpu_s')):.2f}x",
-    ]
-    lines += [f"library / direct, LM time of run {number + 1}: "
-              f"{_ratio(library, direct, _field(number, 'lm_s')):.2f}x (goal <= 1.1)" for number in range(RUNS)]
+    lines += ["", "ratios within each round, medians (CPU time compares fairly only when both ran on one thread):"]
+    for loop in LOOPS:
+        goal = " (goal >= 2.5)" if loop == "refine" else ""
+        first = " (goal >= 1.0)" if loop == "refine" else ""
+        lines.append(
+            f"  today / library, {loop}: both runs {_ratio(today, library, _both(loop)):.2f}x{goal}, "
+            f"run 1 {_ratio(today, library, _field(0, loop, 'wall_s')):.2f}x{first}, "
+            f"run 2 {_ratio(today, library, _field(1, loop, 'wall_s')):.2f}x; in CPU time: both runs "
+            f"{_ratio(today, library, _both(loop, 'cpu_s')):.2f}x, run 1 "
+            f"{_ratio(today, library, _field(0, loop, 'cpu_s')):.2f}x")
+    for loop in LOOPS:
+        lines.append(f"  library / direct, LM time of {loop}: " + ", ".join(
+            f"run {number + 1} {_ratio(library, direct, _field(number, loop, 'lm_s')):.2f}x "
+            f"(CPU {_ratio(library, direct, _field(number, loop, 'lm_cpu_s')):.2f}x)" for number in range(RUNS))
+            + " (goal <= 1.1)")
     lines += ["", "where the LM time went (medians): reading prompts + generating tokens + the rest"]
     for name, mine in reports.items():
-        for number in range(RUNS):
-            lm = _median(mine, _field(number, "lm_s"))
-            read = _median(mine, _llama(number, "read_s"))
-            generate = _median(mine, _llama(number, "generate_s"))
-            tokens = _median(mine, _llama(number, "read_tokens"))
-            lines.append(f"  {name:24} run {number + 1}: {lm:6.2f} s = {read:6.2f} s ({read / lm:4.0%}, "
-                         f"{tokens:5.0f} tokens) + {generate:6.2f} s ({generate / lm:4.0%}) + "
-                         f"{lm - read - generate:6.2f} s ({(lm - read - generate) / lm:4.0%})")
+        for loop in LOOPS:
+            for number in range(RUNS):
+                lm = _median(mine, _field(number, loop, "lm_s"))
+                read = _median(mine, _llama(number, loop, "read_s"))
+                generate = _median(mine, _llama(number, loop, "generate_s"))
+                tokens = _median(mine, _llama(number, loop, "read_tokens"))
+                lines.append(f"  {name:24} {loop:6} run {number + 1}: {lm:7.2f} s = {read:7.2f} s "
+                             f"({read / lm:4.0%}, {tokens:5.0f} tokens) + {generate:7.2f} s ({generate / lm:4.0%}) + "
+                             f"{lm - read - generate:6.2f} s ({(lm - read - generate) / lm:4.0%})")
     return lines
 
 

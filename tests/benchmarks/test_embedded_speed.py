@@ -6,11 +6,14 @@ from benchmarks.embedded_speed import busy_cores, direct_worker, summary
 from tests.processes import alive
 
 
-def report(run_seconds: list[float], lm_seconds: list[float], read_s: float = 1.0) -> dict:
-    return {"load_s": 1.0, "runs": [
-        {"wall_s": wall, "cpu_s": wall, "refine_s": wall / 2, "lm_s": lm, "requests": 4, "threads": 1,
-         "llama": {"read_s": read_s, "read_tokens": 100, "generate_s": lm / 2, "generated_tokens": 10}}
-        for wall, lm in zip(run_seconds, lm_seconds, strict=True)]}
+def part(wall: float, lm: float) -> dict:
+    return {"wall_s": wall, "cpu_s": wall, "lm_s": lm, "lm_cpu_s": lm, "requests": 4, "threads": 1, "outcome": None,
+            "llama": {"read_s": 1.0, "read_tokens": 100, "generate_s": lm / 2, "generated_tokens": 10}}
+
+
+def report(walls: list[float], lms: list[float]) -> dict:
+    return {"load_s": 1.0, "runs": [{"refine": part(wall, lm), "fix": part(2 * wall, 2 * lm)}
+                                    for wall, lm in zip(walls, lms, strict=True)]}
 
 
 def test_the_summary_compares_candidates_within_each_round():
@@ -22,10 +25,12 @@ def test_the_summary_compares_candidates_within_each_round():
 
     lines = "\n".join(summary(reports))
 
-    assert "today / library, both runs: 2.00x (goal >= 2.5); run 1: 1.25x (goal >= 1.0); run 2: 5.00x" in lines
-    assert "library / direct, LM time of run 1: 1.00x (goal <= 1.1)" in lines
-    assert "library / direct, LM time of run 2: 1.00x" in lines
-    assert "library                  run 2:   1.50 s =   1.00 s ( 67%,   100 tokens)" in lines
+    assert ("today / library, refine: both runs 2.00x (goal >= 2.5), run 1 1.25x (goal >= 1.0), run 2 5.00x; "
+            "in CPU time: both runs 2.00x, run 1 1.25x") in lines
+    assert ("library / direct, LM time of refine: run 1 1.00x (CPU 1.00x), run 2 1.00x (CPU 1.00x) "
+            "(goal <= 1.1)") in lines
+    assert "  library                    12.00 ( 12.00)    3.00 (  3.00)" in lines  # refine, the median round
+    assert "library                  refine run 2:    1.50 s =    1.00 s ( 67%,   100 tokens)" in lines
 
 
 def test_the_busy_processes_end_with_the_measurement():
@@ -39,11 +44,11 @@ def test_the_direct_replay_sends_each_run_with_the_librarys_cache(tmp_path):
     request = [[{"role": "system", "content": "You answer in one word. " * 20},
                 {"role": "user", "content": "Name a colour."}], {"max_tokens": 4, "temperature": 0.0}]
     record = tmp_path / "requests.json"
-    record.write_text(json.dumps([[request], [request]]))
+    record.write_text(json.dumps([{"refine": [request]}, {"refine": [request]}]))
 
     replayed = direct_worker(record, ram_cache=False)
 
-    first, second = replayed["runs"]
+    first, second = (run["refine"] for run in replayed["runs"])
     assert first["requests"] == second["requests"] == 1
     assert first["llama"]["read_tokens"] > 100  # read whole
     assert 0 < second["llama"]["read_tokens"] <= 2  # all but the last batch from the cache
