@@ -55,13 +55,11 @@ RUNS = 2
 LOOPS = ("refine", "fix")
 
 
-def _perf() -> dict[str, float]:
-    """llama.cpp's running totals for the shared model: prompt tokens read and generated, and their times."""
+def _perf(llama: Any) -> dict[str, float]:
+    """llama.cpp's running totals for `llama`: prompt tokens read and tokens generated, and their times."""
     import llama_cpp
 
-    from loops.lm import embedded
-
-    data = llama_cpp.llama_perf_context(embedded._shared_model().ctx)
+    data = llama_cpp.llama_perf_context(llama.ctx)
     return {"read_s": data.t_p_eval_ms / 1000, "read_tokens": data.n_p_eval,
             "generate_s": data.t_eval_ms / 1000, "generated_tokens": data.n_eval}
 
@@ -130,11 +128,11 @@ def loop_worker(record: Path | None) -> dict[str, Any]:
         parts = {}
         for loop, body in zip(LOOPS, (refine, fix), strict=True):
             now.update(run=run, loop=loop, lm_s=0.0, lm_cpu_s=0.0)
-            perf, cpu, started = _perf(), time.process_time(), time.perf_counter()
+            perf, cpu, started = _perf(llama), time.process_time(), time.perf_counter()
             with dspy.context(lm=lm):
                 outcome = body()
             parts[loop] = _part(time.perf_counter() - started, time.process_time() - cpu, now["lm_s"],
-                                now["lm_cpu_s"], len(requests[run][loop]), _since(perf, _perf()), llama.n_threads,
+                                now["lm_cpu_s"], len(requests[run][loop]), _since(perf, _perf(llama)), llama.n_threads,
                                 outcome)
         report["runs"].append(parts)
     if record is not None:
@@ -164,22 +162,17 @@ def direct_worker(record: Path, ram_cache: bool) -> dict[str, Any]:
     llama.set_cache(llama_cpp.LlamaRAMCache(cache_bytes()) if ram_cache else PrefixStates(cache_bytes()))
     report: dict[str, Any] = {"load_s": round(time.perf_counter() - started, 3), "runs": []}
 
-    def perf() -> dict[str, float]:
-        data = llama_cpp.llama_perf_context(llama.ctx)
-        return {"read_s": data.t_p_eval_ms / 1000, "read_tokens": data.n_p_eval,
-                "generate_s": data.t_eval_ms / 1000, "generated_tokens": data.n_eval}
-
     for run in requests:
         parts = {}
         for loop, calls in run.items():
-            before, cpu, started = perf(), time.process_time(), time.perf_counter()
+            before, cpu, started = _perf(llama), time.process_time(), time.perf_counter()
             for messages, options in calls:
                 if free_cores is not None:
                     threads = free_cores.update()
                     llama_cpp.llama_set_n_threads(llama.ctx, threads, threads)
                 llama.create_chat_completion(messages=messages, **options)
             wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-            parts[loop] = _part(wall, cpu, wall, cpu, len(calls), _since(before, perf()), threads)
+            parts[loop] = _part(wall, cpu, wall, cpu, len(calls), _since(before, _perf(llama)), threads)
         report["runs"].append(parts)
     llama.close()
     return report

@@ -111,15 +111,17 @@ PROMPTS = [
 ]
 
 
-def request(system: str, user: str) -> Request:
-    """A role's call: greedy, the critic's answer constrained to JSON."""
-    return Request(model=embedded.MODEL, system=system, messages=(Message.user(user),),
+def request(system: str, user: str, history: tuple[tuple[str, str], ...] = ()) -> Request:
+    """A role's call after the turns of `history` (a request, the answer): greedy, the critic's answer
+    constrained to JSON."""
+    turns = [message for asked, answered in history for message in (Message.user(asked), Message.assistant(answered))]
+    return Request(model=embedded.MODEL, system=system, messages=(*turns, Message.user(user)),
                    config=Config(max_tokens=24, temperature=0.0,
                                  response_format={"type": "json_object"} if system is CRITIC else None))
 
 
-def ask(system: str, user: str) -> str:
-    return embedded.LlamaEngine().complete(request(system, user)).text
+def ask(system: str, user: str, history: tuple[tuple[str, str], ...] = ()) -> str:
+    return embedded.LlamaEngine().complete(request(system, user, history)).text
 
 
 @contextlib.contextmanager
@@ -168,6 +170,22 @@ def test_greedy_answers_are_the_same_with_the_cache_as_without(cold_answers):
     total = sum(len(llama.tokenize(f"{system} {user}".encode())) for system, user in PROMPTS)
     assert read < total
     assert len(cache) >= 2
+
+
+@pytest.mark.embedded
+@pytest.mark.parametrize("cache", [PrefixStates(capacity_bytes=64 << 20), None], ids=["cache", "no cache"])
+def test_an_answer_in_the_next_prompts_history_is_read_again_not_reused(cache, cold_answers):
+    # The context holds the answer just generated, token by token; the next prompt holds it as history, which
+    # a whole read reads in a batch: reusing the generated tokens would change the next answer.
+    system, user = PROMPTS[0]
+    follow_up = (system, "Now make it shorter.", ((user, cold_answers[0]),))
+    with prefix_cache(None) as llama:
+        with embedded._generation_lock:
+            llama.reset()
+        read_whole = ask(*follow_up)
+    with prefix_cache(cache):
+        assert ask(system, user) == cold_answers[0]
+        assert ask(*follow_up) == read_whole
 
 
 @pytest.mark.embedded
