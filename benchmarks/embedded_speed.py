@@ -326,6 +326,7 @@ def threads_table(rounds: int, loads: list[float]) -> list[str]:
     from loops.lm.cores import FreeCores
 
     llama = embedded._shared_model()
+    llama.set_cache(None)  # every round reads the whole prompt
     messages = [{"role": "system", "content": "You are a careful critic. " * 40},
                 {"role": "user", "content": "Judge this draft: a bottle that keeps water cold for a day. " * 8}]
     most = FreeCores().most
