@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
+import dspy
 import llama_cpp
 import numpy as np
 import pytest
 from dspy.lm15 import Config, Message, Request
 
+from loops import CreatorCriticIterator
 from loops.errors import ConfigurationError
-from loops.lm import embedded
+from loops.lm import embedded, local_lm
 from loops.lm.prefix_cache import DEFAULT_CACHE_MB, PrefixStates, cache_bytes
 
 
@@ -242,3 +248,43 @@ def test_concurrent_callers_share_the_cached_model_without_mixing_states(cold_an
             return [response.text for response in responses]
 
         assert asyncio.run(together()) == cold_answers
+
+
+@pytest.mark.embedded
+def test_concurrent_loop_runs_share_the_cached_model_without_mixing_states():
+    lm = local_lm()
+
+    def run(requirements: str) -> tuple[str, list]:
+        with dspy.context(lm=lm):
+            result = CreatorCriticIterator(max_iterations=1)(requirements=requirements)
+        return result.stop_reason, [(step.role, step.outputs) for step in result.trace]
+
+    requirements = ["A slogan for a bicycle shop.", "A one-line birthday wish for a colleague."]
+    with prefix_cache(None):
+        alone = [run(each) for each in requirements]
+    with prefix_cache(PrefixStates(capacity_bytes=64 << 20)) as llama, ThreadPoolExecutor(len(requirements)) as pool:
+        together = list(pool.map(run, requirements))
+        assert len(llama.cache) >= 2  # both runs' roles kept states in the one cache
+    assert together == alone
+
+
+@pytest.mark.embedded
+@pytest.mark.parametrize(("setting", "kept"), [("", f"PrefixStates {DEFAULT_CACHE_MB << 20}"), ("0", "None")])
+def test_every_engine_of_the_local_lm_uses_the_shared_model_and_its_cache(setting, kept):
+    # In a process of its own: the shared model reads LOOPS_LLAMA_CACHE_MB once, when it loads.
+    program = "\n".join([
+        "import asyncio",
+        "from loops.lm import embedded, local_lm",
+        "lm = local_lm(max_tokens=2)",
+        "lm(messages=[{'role': 'user', 'content': 'Say hi.'}])",  # DSPy's sync path: LlamaEngine
+        "asyncio.run(lm.acall(messages=[{'role': 'user', 'content': 'Say bye.'}]))",  # its async path
+        "cache = embedded._shared_model().cache",
+        "print('None' if cache is None else f'{type(cache).__name__} {cache.capacity_bytes}', len(cache or ()))",
+    ])
+    environment = {**os.environ, "LOOPS_LLAMA_CACHE_MB": setting}
+    finished = subprocess.run([sys.executable, "-c", program], env=environment, capture_output=True, text=True,
+                              timeout=600, check=False)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    shown, states = finished.stdout.split()[:-1], int(finished.stdout.split()[-1])
+    assert " ".join(shown) == kept
+    assert states == (0 if setting == "0" else 2)  # a state of each call's prompt
