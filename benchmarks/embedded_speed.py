@@ -4,6 +4,9 @@ prefix cache and the free-core threads ("today"), by the library now, and by lla
 with the library's own requests, the same prefix cache and the same thread rule (the floor).
 
     .venv/bin/python -m benchmarks.embedded_speed [--rounds 3] [--today-python PATH] [--ram-cache]
+    .venv/bin/python -m benchmarks.embedded_speed refine [--rounds 5]
+    .venv/bin/python -m benchmarks.embedded_speed mbpp [--limit 8 | --task-ids 554,557] [--data PATH]
+    .venv/bin/python -m benchmarks.embedded_speed memory
     .venv/bin/python -m benchmarks.embedded_speed threads [--rounds 5] [--loads 0,0.25,0.5,1,2]
 
 Every candidate runs in a fresh process (its model loaded, its caches empty), one after another in an order
@@ -17,6 +20,17 @@ rotated per round, so that a machine busy with other work slows all of them alik
   thread rule (`loops.lm.cores`): what is left when DSPy, the adapters and the runtime are taken away;
 - `direct, LlamaRAMCache` (`--ram-cache`): the same with a plain `Llama` and llama-cpp-python's own cache of
   the same size, whose states carry a copy of the last batch's logits.
+
+`refine` and `mbpp` take turns in one process instead, which a loaded machine slows more evenly still: two
+llama.cpp models loaded side by side, `today` a plain `llama_cpp.Llama` on half the cores with no state cache
+(the engine code is the same: before issue 35 it differed only in that model), and the library's shared
+model. `refine` runs the refine loop twice from an empty model (and cache) per candidate and round, the order
+rotated, `direct` replaying the library's requests; it says whether today's and the library's answers were
+the same. `mbpp` runs benchmarks.mbpp's `defaults` config on validation tasks, each task by both in turn
+(who goes first alternates), each keeping its model and cache from task to task as one benchmark run does,
+and prints the median seconds per task, the tasks solved and whether every candidate's code was the same.
+`memory` runs the refine loop twice and the fix loop once in a process with the cache off and one with the
+default cache, and prints their resident memory and what the cache holds.
 
 Prints, for each loop of the workload, wall-clock medians over the rounds and, beside them, CPU seconds (on
 a loaded machine the CPU time a process got is steadier than the wall clock, but it compares fairly only
@@ -34,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import statistics
@@ -252,8 +267,9 @@ def _both(loop: str, field: str = "wall_s") -> Any:
 
 def summary(reports: dict[str, list[dict[str, Any]]]) -> list[str]:
     """The table of medians, the goals' ratios and where the LM time went."""
+    loops = [loop for loop in LOOPS if loop in next(iter(reports.values()))[0]["runs"][0]]
     lines = []
-    for loop in LOOPS:
+    for loop in loops:
         lines += [f"{loop}: wall seconds (CPU seconds), medians",
                   f"  {'candidate':24} {'run 1':>16} {'run 2':>16} {'LM run 1':>16} {'LM run 2':>16}  threads"]
         for name, mine in reports.items():
@@ -264,7 +280,7 @@ def summary(reports: dict[str, list[dict[str, Any]]]) -> list[str]:
             lines.append(f"  {name:24} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {cells[3]:>16}  {threads}")
     today, library, direct = reports["today"], reports["library"], reports["direct"]
     lines += ["", "ratios within each round, medians (CPU time compares fairly only when both ran on one thread):"]
-    for loop in LOOPS:
+    for loop in loops:
         goal = " (goal >= 2.5)" if loop == "refine" else ""
         first = " (goal >= 1.0)" if loop == "refine" else ""
         lines.append(
@@ -273,14 +289,17 @@ def summary(reports: dict[str, list[dict[str, Any]]]) -> list[str]:
             f"run 2 {_ratio(today, library, _field(1, loop, 'wall_s')):.2f}x; in CPU time: both runs "
             f"{_ratio(today, library, _both(loop, 'cpu_s')):.2f}x, run 1 "
             f"{_ratio(today, library, _field(0, loop, 'cpu_s')):.2f}x")
-    for loop in LOOPS:
+    for loop in loops:
+        lines.append(f"  library / direct, whole {loop} loop: " + ", ".join(
+            f"run {number + 1} {_ratio(library, direct, _field(number, loop, 'wall_s')):.2f}x"
+            for number in range(RUNS)))
         lines.append(f"  library / direct, LM time of {loop}: " + ", ".join(
             f"run {number + 1} {_ratio(library, direct, _field(number, loop, 'lm_s')):.2f}x "
             f"(CPU {_ratio(library, direct, _field(number, loop, 'lm_cpu_s')):.2f}x)" for number in range(RUNS))
             + " (goal <= 1.1)")
     lines += ["", "where the LM time went (medians): reading prompts + generating tokens + the rest"]
     for name, mine in reports.items():
-        for loop in LOOPS:
+        for loop in loops:
             for number in range(RUNS):
                 lm = _median(mine, _field(number, loop, "lm_s"))
                 read = _median(mine, _llama(number, loop, "read_s"))
@@ -353,10 +372,234 @@ def threads_table(rounds: int, loads: list[float]) -> list[str]:
     return lines
 
 
+# ---- candidates interleaved in one process ------------------------------------------------------------------
+
+
+class Candidate:
+    """A way to run the embedded model inside this process, with its own llama.cpp model, so that candidates can
+    take turns under the same load: `today` a plain `llama_cpp.Llama` on half the cores with no state cache (the
+    engine of loops before issue 35: the same engine code, given that model), `library` the shared model as a
+    user gets it (`loops.lm.embedded`: prefix cache, free-core threads). Each records the requests it sent,
+    the time spent in its engine and llama.cpp's counters."""
+
+    def __init__(self, name: str, llama: Any, shared: bool):
+        import dspy
+
+        from loops.lm import embedded
+
+        self.name, self.llama, self.shared = name, llama, shared
+        self.requests: list[list[Any]] = []
+        self.lm_s = self.lm_cpu_s = 0.0
+        candidate = self
+
+        class Timed(embedded.LlamaEngine):
+            def complete(self, request: Any) -> Any:
+                candidate.requests.append([embedded._llama_messages(request), embedded._generation_options(request)])
+                started, cpu = time.perf_counter(), time.process_time()
+                try:
+                    return super().complete(request)
+                finally:
+                    candidate.lm_s += time.perf_counter() - started
+                    candidate.lm_cpu_s += time.process_time() - cpu
+
+        engine = Timed() if shared else Timed(llama)
+        self.lm = dspy.LM(embedded.MODEL, engine=engine, async_engine=embedded.AsyncLlamaEngine(engine),
+                          temperature=0.0, max_tokens=embedded.DEFAULT_MAX_TOKENS, cache=False)
+
+    def start_empty(self) -> None:
+        """As a fresh process would start: an empty context, and an empty prefix cache for the library."""
+        from loops.lm import embedded
+        from loops.lm.prefix_cache import PrefixStates, cache_bytes
+
+        with embedded._generation_lock:
+            if self.shared and self.llama.cache is not None:
+                self.llama.set_cache(PrefixStates(cache_bytes()))
+            self.llama.reset()
+
+    def measure(self, body: Any) -> tuple[Any, dict[str, Any]]:
+        """`body()` under this candidate's LM, and what it took."""
+        import dspy
+
+        self.requests, self.lm_s, self.lm_cpu_s = [], 0.0, 0.0
+        perf, cpu, started = _perf(self.llama), time.process_time(), time.perf_counter()
+        with dspy.context(lm=self.lm):
+            value = body()
+        part = _part(time.perf_counter() - started, time.process_time() - cpu, self.lm_s, self.lm_cpu_s,
+                     len(self.requests), _since(perf, _perf(self.llama)), self.llama.n_threads)
+        return value, part
+
+
+def in_process_candidates() -> dict[str, Candidate]:
+    import llama_cpp
+
+    from loops.lm import embedded
+
+    half = max(1, (os.cpu_count() or 2) // 2)  # loops' thread rule before issue 35
+    today = llama_cpp.Llama(model_path=str(embedded.model_path()), n_ctx=embedded.CONTEXT_TOKENS, n_threads=half,
+                            n_threads_batch=half, verbose=False)
+    return {"today": Candidate("today", today, shared=False),
+            "library": Candidate("library", embedded._shared_model(), shared=True)}
+
+
+def replay(llama: Any, requests: list[list[Any]]) -> tuple[list[str], dict[str, Any]]:
+    """`requests` straight to llama-cpp-python's `create_chat_completion` on `llama` (the shared model: its
+    cache), with the library's thread rule: the floor under the library's calls."""
+    from loops.lm import embedded
+
+    answers = []
+    perf, cpu, started = _perf(llama), time.process_time(), time.perf_counter()
+    for messages, options in requests:
+        if embedded._free_cores is not None:
+            llama.use_threads(embedded._free_cores.update())
+        answers.append(llama.create_chat_completion(messages=messages, **options)["choices"][0]["message"]["content"])
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return answers, _part(wall, cpu, wall, cpu, len(requests), _since(perf, _perf(llama)), llama.n_threads)
+
+
+def refine_rounds(rounds: int) -> dict[str, list[dict[str, Any]]]:
+    """The refine loop run twice from an empty model by each candidate, the candidates taking turns in this
+    process (the order rotated per round); `direct` replays the library's requests of the round before."""
+    from loops import CreatorCriticIterator
+
+    candidates = in_process_candidates()
+    library = candidates["library"]
+
+    def refine() -> tuple[str, str]:
+        result = CreatorCriticIterator(max_iterations=2)(requirements=REFINE_REQUIREMENTS)
+        return result.stop_reason, str(result.final)
+
+    library.start_empty()
+    library.measure(refine)  # warms DSPy and the adapters; its requests are the first round's `direct`
+    recorded = [library.requests]
+    names = ["today", "library", "direct"]
+    reports: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    outputs: dict[str, set[str]] = {name: set() for name in names}
+    for round_number in range(rounds):
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            runs = []
+            if name == "direct":
+                library.start_empty()
+                for _ in range(RUNS):
+                    answers, part = replay(library.llama, recorded[-1])
+                    runs.append({"refine": part})
+                    outputs[name].add(json.dumps(answers))
+            else:
+                candidate = candidates[name]
+                candidate.start_empty()
+                for _ in range(RUNS):
+                    value, part = candidate.measure(refine)
+                    part["outcome"] = value[0]
+                    runs.append({"refine": part})
+                    asked = [request[0][-1]["content"] for request in candidate.requests]
+                    outputs[name].add(json.dumps([value, asked]))
+                    if name == "library":
+                        recorded.append(candidate.requests)
+            reports[name].append({"runs": runs, "load": _load()})
+            print(f"round {round_number + 1} {name}: " + json.dumps(runs), file=sys.stderr, flush=True)
+    print(f"distinct outputs per candidate over the rounds: {({name: len(seen) for name, seen in outputs.items()})}; "
+          f"today and library the same: {outputs['today'] == outputs['library']}", file=sys.stderr)
+    return reports
+
+
+def mbpp_tasks(data: Path, limit: int | None, task_ids: set[int] | None) -> dict[str, list[dict[str, Any]]]:
+    """MBPP's `defaults` config on validation tasks, each task run by `today` and the library in turn (who goes
+    first alternates), each candidate keeping its model, context and cache from task to task as a run of
+    benchmarks.mbpp does."""
+    from benchmarks import mbpp
+
+    candidates = in_process_candidates()
+    names = list(candidates)
+    records: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for number, task in enumerate(mbpp.load_tasks(data, "validation", limit, task_ids)):
+        for name in names if number % 2 == 0 else names[::-1]:
+            record, part = candidates[name].measure(lambda task=task: mbpp.run_task("defaults", task))
+            entry = {"task_id": task["task_id"], "passed": record["passed"], "seconds": record["seconds"],
+                     "lm_calls": record["lm_calls"], **part, "load": _load(),
+                     "codes": [attempt.get("raw_code") for attempt in record["attempts"]]}
+            records[name].append(entry)
+            shown = {**{key: value for key, value in entry.items() if key != "codes"},
+                     "codes_hash": hashlib.sha256(json.dumps(entry["codes"]).encode()).hexdigest()[:12]}
+            print(f"task {task['task_id']} {name}: " + json.dumps(shown), file=sys.stderr, flush=True)
+    return records
+
+
+def mbpp_summary(records: dict[str, list[dict[str, Any]]]) -> list[str]:
+    today, library = records["today"], records["library"]
+    lines = [f"MBPP defaults, {len(today)} validation tasks ({', '.join(str(entry['task_id']) for entry in today)}),"
+             " each run by both in turn in one process:",
+             f"  {'candidate':10} {'median s/task':>13} {'(CPU s)':>8} {'sum s':>7} {'LM share':>8} {'read share':>10}"
+             "  passed"]
+    for name, entries in records.items():
+        lm = sum(entry["lm_s"] for entry in entries)
+        lines.append(f"  {name:10} {statistics.median(entry['wall_s'] for entry in entries):13.1f} "
+                     f"{statistics.median(entry['cpu_s'] for entry in entries):8.1f} "
+                     f"{sum(entry['wall_s'] for entry in entries):7.0f} "
+                     f"{lm / sum(entry['wall_s'] for entry in entries):8.0%} "
+                     f"{sum(entry['llama']['read_s'] for entry in entries) / lm:10.0%}  "
+                     f"{sorted(entry['task_id'] for entry in entries if entry['passed'])}")
+    ratios = [one["wall_s"] / other["wall_s"] for one, other in zip(today, library, strict=True)]
+    cpu_ratios = [one["cpu_s"] / other["cpu_s"] for one, other in zip(today, library, strict=True)]
+    same = sum(one["codes"] == other["codes"] for one, other in zip(today, library, strict=True))
+    medians = {name: statistics.median(entry["wall_s"] for entry in entries) for name, entries in records.items()}
+    lines += [f"  library's median s/task / today's: {medians['library'] / medians['today']:.2f} (goal <= 0.5)",
+              f"  today / library per task, median: {statistics.median(ratios):.2f}x wall, "
+              f"{statistics.median(cpu_ratios):.2f}x CPU",
+              f"  tasks whose every candidate's code was the same both ways: {same} of {len(today)}"]
+    return lines
+
+
+def memory_worker() -> dict[str, Any]:
+    """This process's memory after loading the model and after the refine loop twice and the fix loop once
+    (the prefix cache as LOOPS_LLAMA_CACHE_MB says), and what the cache holds."""
+    import resource
+
+    import psutil
+
+    from loops.lm import embedded
+
+    process = psutil.Process()
+    candidate = Candidate("library", embedded._shared_model(), shared=True)
+    loaded = process.memory_info().rss
+    from loops import CreatorCriticIterator, Workspace
+
+    for _ in range(RUNS):
+        candidate.measure(lambda: CreatorCriticIterator(max_iterations=2)(requirements=REFINE_REQUIREMENTS))
+
+    def fix() -> Any:
+        with Workspace() as workspace:
+            workspace.write({"test_solution.py": FIX_TESTS})
+            return _fix_loop(candidate.lm, workspace)(initial_input=FIX_TASK, test_command=(
+                f"{sys.executable} -m pytest -q -p no:cacheprovider test_solution.py"))
+
+    candidate.measure(fix)
+    cache = candidate.llama.cache
+    states = [] if cache is None else list(cache._states.values())
+    return {"cache_mb": None if cache is None else cache.capacity_bytes / (1 << 20),
+            "rss_loaded_mb": loaded / (1 << 20), "rss_after_mb": process.memory_info().rss / (1 << 20),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "states": len(states), "cache_size_mb": sum(size for _, _, size in states) / (1 << 20),
+            "tokens_held": sum(len(tokens) for tokens, _, _ in states)}
+
+
+def memory() -> list[str]:
+    lines = [f"{'LOOPS_LLAMA_CACHE_MB':>20} {'RSS loaded':>10} {'RSS after':>9} {'peak RSS':>8} {'states':>6} "
+             f"{'cache MB':>8} {'tokens':>6} {'KiB/token':>9}"]
+    for megabytes in ("0", None):
+        environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "LOOPS_LLAMA_CACHE_MB": megabytes or ""}
+        report = _run_worker(_worker_command(sys.executable, "memory"), environment)
+        per_token = report["cache_size_mb"] * 1024 / report["tokens_held"] if report["tokens_held"] else 0.0
+        lines.append(f"{megabytes or 'unset (256)':>20} {report['rss_loaded_mb']:10.0f} {report['rss_after_mb']:9.0f} "
+                     f"{report['peak_rss_mb']:8.0f} {report['states']:6d} {report['cache_size_mb']:8.1f} "
+                     f"{report['tokens_held']:6d} {per_token:9.1f}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.embedded_speed", description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", nargs="?", choices=("compare", "threads", "worker"), default="compare")
-    parser.add_argument("worker", nargs="?", choices=("loop", "direct"), help=argparse.SUPPRESS)
+    parser.add_argument("mode", nargs="?", choices=("compare", "refine", "mbpp", "memory", "threads", "worker"),
+                        default="compare")
+    parser.add_argument("worker", nargs="?", choices=("loop", "direct", "memory"), help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--today-python", default=None,
                         help="an interpreter whose own loops is today's (default: this checkout, cache off, "
@@ -364,22 +607,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ram-cache", action="store_true",
                         help="also replay the requests with llama-cpp-python's LlamaRAMCache")
     parser.add_argument("--loads", default="0,0.25,0.5,1,2", help="threads: busy cores to run under")
+    parser.add_argument("--limit", type=int, default=None, help="mbpp: the first N validation tasks")
+    parser.add_argument("--task-ids", default=None, help="mbpp: these validation tasks (e.g. 554,557)")
+    parser.add_argument("--data", type=Path, default=None, help="mbpp: the tasks (default: benchmarks.mbpp's)")
     parser.add_argument("--record", type=Path, default=None, help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
     if arguments.mode == "worker":
-        report = (loop_worker(arguments.record) if arguments.worker == "loop"
-                  else direct_worker(arguments.record, arguments.ram_cache))
+        if arguments.worker == "memory":
+            report = memory_worker()
+        elif arguments.worker == "loop":
+            report = loop_worker(arguments.record)
+        else:
+            report = direct_worker(arguments.record, arguments.ram_cache)
         print(json.dumps(report))
-    elif arguments.mode == "threads":
-        print(_load())
-        print("\n".join(threads_table(arguments.rounds, [float(load) for load in arguments.loads.split(",")])))
-        print(_load())
-    else:
-        print(_load(), flush=True)
-        reports = compare(arguments.rounds, arguments.today_python, arguments.ram_cache)
-        print("\n".join(summary(reports)))
-        print(_load())
+        return
+    print(_load(), flush=True)
+    if arguments.mode == "threads":
+        lines = threads_table(arguments.rounds, [float(load) for load in arguments.loads.split(",")])
+    elif arguments.mode == "refine":
+        lines = summary(refine_rounds(arguments.rounds))
+    elif arguments.mode == "mbpp":
+        from benchmarks import mbpp
 
+        task_ids = {int(value) for value in arguments.task_ids.split(",")} if arguments.task_ids else None
+        lines = mbpp_summary(mbpp_tasks(arguments.data or mbpp.DEFAULT_DATA, arguments.limit, task_ids))
+    elif arguments.mode == "memory":
+        lines = memory()
+    else:
+        lines = summary(compare(arguments.rounds, arguments.today_python, arguments.ram_cache))
+    print("\n".join(lines))
+    print(_load())
 
 if __name__ == "__main__":
     main()

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from benchmarks.embedded_speed import busy_cores, direct_worker, summary
+from benchmarks.embedded_speed import busy_cores, direct_worker, mbpp_summary, summary
 from tests.processes import alive
 
 
@@ -31,6 +31,22 @@ def test_the_summary_compares_candidates_within_each_round():
             "(goal <= 1.1)") in lines
     assert "  library                    12.00 ( 12.00)    3.00 (  3.00)" in lines  # refine, the median round
     assert "library                  refine run 2:    1.50 s =    1.00 s ( 67%,   100 tokens)" in lines
+
+
+def test_the_mbpp_summary_compares_each_task_run_both_ways():
+    def task(task_id: int, wall: float, passed: bool, codes: list[str]) -> dict:
+        return {"task_id": task_id, "passed": passed, "codes": codes, **part(wall, wall / 2)}
+
+    records = {"today": [task(554, 100, True, ["a"]), task(555, 60, False, ["b"]), task(556, 80, False, ["c"])],
+               "library": [task(554, 40, True, ["a"]), task(555, 30, False, ["b"]), task(556, 50, False, ["d"])]}
+
+    lines = "\n".join(mbpp_summary(records))
+
+    assert "3 validation tasks (554, 555, 556)" in lines
+    assert "  today               80.0     80.0     240      50%         2%  [554]" in lines  # read 3 s of 120
+    assert "library's median s/task / today's: 0.50 (goal <= 0.5)" in lines
+    assert "today / library per task, median: 2.00x wall" in lines  # 2.5, 2.0, 1.6
+    assert "the same both ways: 2 of 3" in lines
 
 
 def test_the_busy_processes_end_with_the_measurement():
