@@ -292,7 +292,7 @@ _CHECKS = "the call's checks, beside the loop's own: callables of the draft, or 
 CREATOR_CRITIC_INPUTS = InputContract({
     "requirements": Input("what to create", "text", ("creator", "critic", "iterator")),
     "context": Input("background for the creator", "any text", ("creator",), default=""),
-    "checks": Input(_CHECKS, "anything", ("critic",), default=None),
+    "checks": Input(_CHECKS, "anything", ("critic",), custom="anything", default=None),
 })
 
 EXECUTE_VALIDATE_INPUTS = InputContract({
@@ -303,7 +303,7 @@ EXECUTE_VALIDATE_INPUTS = InputContract({
 
 DIRECTOR_INPUTS = InputContract({
     "initial_input": Input("the goal", "goal", ("director",)),
-    "checks": Input(_CHECKS, "anything", ("evaluator",), default=None),
+    "checks": Input(_CHECKS, "anything", ("evaluator",), custom="anything", default=None),
 })
 
 

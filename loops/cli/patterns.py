@@ -60,9 +60,9 @@ def refine(
     from loops.checks import as_checks
 
     checks = as_checks(check) or None  # a bad spec: one line, exit 2, before any LM call
-    module = load_program("refine", program, max_iterations=max_iterations, checks=checks,
-                          critic=critic.value if critic else None, samples=samples, plain_text=plain_text,
-                          examples=examples, **people("refine", human))
+    judges = {"critic": critic.value if critic else None, **people("refine", human)}  # --human critic: a person
+    module = load_program("refine", program, max_iterations=max_iterations, checks=checks, samples=samples,
+                          plain_text=plain_text, examples=examples, **judges)
     result, seconds = run_with_progress(module, choice, run.trace, requirements=requirements, context=context,
                                         **run.call_options())
     report(result, seconds, f"final draft ({'approved' if result.success else 'not approved'})")
@@ -169,8 +169,8 @@ def direct(
     from loops.checks import as_checks
 
     checks = as_checks(check) or None
-    module = load_program("direct", program, max_iterations=max_iterations, checks=checks,
-                          evaluator=evaluator.value if evaluator else None, plain_text=plain_text,
-                          examples=examples, **people("direct", human))
+    judges = {"evaluator": evaluator.value if evaluator else None, **people("direct", human)}
+    module = load_program("direct", program, max_iterations=max_iterations, checks=checks, plain_text=plain_text,
+                          examples=examples, **judges)
     result, seconds = run_with_progress(module, choice, run.trace, initial_input=goal, **run.call_options())
     report(result, seconds, "passed" if result.success else "not passed", passed="the evaluator passed")

@@ -29,6 +29,7 @@ from loops import ConfigurationError, CreatorCriticIterator, RetryPolicy
 from loops.cli import app
 from loops.optimize import creator_critic_metric
 from loops.profile import profile_of
+from tests.loops.trace_files import trace_steps
 from tests.scripted import calls, request_text, scripted_lm
 
 # Ray keeps a local instance (its node, every server of it) on 127.0.0.1 only when told, before it is imported,
@@ -168,12 +169,13 @@ REFUSED = [
     ({"requirements": ""}, "requirements must be a non-empty str, got ''"),
     ({"requirements": ["a", "list"]}, "requirements must be a non-empty str, got ['a', 'list']"),
     ({"requirements": "y", "requirment": "a typo"}, "unknown input 'requirment' (did you mean 'requirements'?); "
-                                                    "the inputs are requirements, context"),
+                                                    "the inputs are requirements, context, checks"),
     ({"requirements": "y", "timeout_s": -1}, "'timeout_s' is an option of the run (a limit, a checkpoint), not an "
-                                             "input: data holds inputs only; the inputs are requirements, context"),
+                                             "input: data holds inputs only; the inputs are requirements, context, "
+                                             "checks"),
     ({"requirements": "y", "max_iterations": 4}, "'max_iterations' is an option of the run"),
     ({"requirment": "typo key"}, "unknown input 'requirment' (did you mean 'requirements'?); the inputs are "
-                                 "requirements, context; no 'requirements' (what to create): it is required"),
+                                 "requirements, context, checks; no 'requirements' (what to create): it is required"),
     ({"requirements": "caf\udce9"}, "requirements is not UTF-8 text: it holds the byte 0xe9 (not UTF-8) at "
                                     "character 4"),
 ]
@@ -427,10 +429,10 @@ def test_cli_timeout_trace_and_checkpoint_mean_for_each_example_what_they_mean_f
 
     first = cli_batch(lm_server, data, tmp_path / "first.jsonl", "--trace", str(trace), "--checkpoint", str(checkpoint))
     sent = lm_server.requests - requests
-    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    steps = trace_steps(trace)
     again = cli_batch(lm_server, data, tmp_path / "again.jsonl", "--trace", str(tmp_path / "replayed.jsonl"),
                       "--checkpoint", str(checkpoint))
-    replayed = [json.loads(line) for line in (tmp_path / "replayed.jsonl").read_text().splitlines()]
+    replayed = trace_steps(tmp_path / "replayed.jsonl")
     lm_server.latency = 1.0
     slow = cli_batch(lm_server, write_data(tmp_path / "slow.jsonl", ["timed a", "timed b"]), tmp_path / "out.jsonl",
                      "--timeout", "0.5")

@@ -3,7 +3,6 @@ on stderr), 3 the run failed. Scripted LMs, a loopback fake of the OpenAI API, r
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -21,6 +20,7 @@ import loops.lm
 from loops.cli import app
 from loops.errors import a_or_an
 from tests.loops.fake_openai import fake_openai, faulty_openai
+from tests.loops.trace_files import trace_steps
 from tests.scripted import calls, scripted_lm
 
 GOOD = "def add(a, b):\n    return a + b\n"
@@ -310,7 +310,7 @@ def test_refine_with_checks_shows_which_held_and_exits_by_them(scripted, tmp_pat
     assert outcome.exit_code == 1, outcome.output  # the critic approved; a check did not hold
     assert "final draft (not approved)" in outcome.stdout
     assert "│ checks  │         1 │" in outcome.stdout and "1/2 checks: has 2" in outcome.stdout  # the live table
-    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    steps = trace_steps(trace)
     assert [step["role"] for step in steps] == ["creator", "checks", "critic"]
     assert steps[1]["outputs"]["held_rules"] == ["Include the word 'draft'."]
 
@@ -455,7 +455,7 @@ def test_help_into_a_pipe_is_plain_text_at_a_width_it_can_hold(columns, width):
 @pytest.mark.parametrize(("command", "usage"), [
     (["refine"], "refine [OPTIONS] REQUIREMENTS\n"),
     (["fix"], "fix [OPTIONS] TASK\n"),
-    (["runs", "show"], "runs show [OPTIONS] CHECKPOINT RUN_ID\n"),
+    (["runs", "show"], "runs show [OPTIONS] FILE RUN_ID\n"),
 ])
 def test_a_usage_line_names_the_arguments_as_the_help_does(command, usage):
     # Not typer's {requirements}, which reads as a placeholder to type as it is.

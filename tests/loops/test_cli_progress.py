@@ -45,7 +45,10 @@ def rows(output: str) -> dict[str, str]:
 def test_refine_shows_the_critics_rejection_and_traces_every_steps_outputs(server, tmp_path):
     output, steps = invoke(server, tmp_path, ["refine", "A haiku about rain"])
 
-    assert rows(output) == {"creator": "wrote 'a draft'", "critic": "needs revision (3/3 criteria)"}
+    # The loopback server's critic ticks every criterion and does not approve: the verdict rule takes it as not
+    # approved and says so (loops.contracts.judge).
+    assert rows(output) == {"creator": "wrote 'a draft'", "critic": "needs revision (3/3 criteria); the critic not "
+                            "approved, but every criterion passed: not approved"}
     assert [step["role"] for step in steps] == ["creator", "critic"]
     assert steps[0]["outputs"]["draft"] == "a draft"
     assert steps[1]["outputs"]["approved"] is False
@@ -88,7 +91,8 @@ def test_the_trace_file_appends_each_run_with_its_run_id_the_time_and_a_summary(
     assert records[2] | {"time": None, "seconds": None} == {
         "record": "summary", "run_id": first, "time": None, "stop_reason": "max_iterations", "success": False,
         "iterations": 1, "lm_calls": 2, "replayed": 0, "cached": 0, "tokens": 20, "cost_usd": None,
-        "warnings": ["stopped at max_iterations=1"], "seconds": None}
+        "warnings": ["iteration 1: the critic's verdict contradicts itself (not approved, but every criterion "
+                     "passed); treated as not approved", "stopped at max_iterations=1"], "seconds": None}
 
 
 def test_a_checkpointed_run_is_traced_under_its_run_id(server, tmp_path):
