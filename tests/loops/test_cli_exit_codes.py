@@ -20,7 +20,7 @@ import loops.lm
 from loops.cli import app
 from loops.errors import a_or_an
 from tests.loops.fake_openai import fake_openai, faulty_openai
-from tests.loops.trace_files import trace_steps
+from tests.loops.trace_files import trace_records, trace_steps
 from tests.scripted import calls, scripted_lm
 
 GOOD = "def add(a, b):\n    return a + b\n"
@@ -400,14 +400,16 @@ def test_ctrl_c_says_what_is_kept_and_the_command_that_resumes_and_the_command_r
         _, stderr = interrupted_at(server, "t", 2, process)
 
         assert process.returncode == 130, stderr
-        said = re.fullmatch(r"interrupted: the role calls that finished are kept in runs\.db, run '(run-[0-9-]+)'; "
+        said = re.fullmatch(r"interrupted: the role calls that finished are kept in runs\.db, run '(run-[0-9a-f-]+)'; "
                             r"`(loops .+)` resumes it without repeating them; trace\.jsonl holds the role calls that "
                             r"finished", stderr.splitlines()[-1])
         assert said, stderr
         run_id, resume = said.groups()
         assert shlex.split(resume) == ["loops", *command, *model, "--checkpoint", "runs.db", "--trace",
                                        "trace.jsonl", "--run-id", run_id]
-        assert len((tmp_path / "trace.jsonl").read_text().splitlines()) == 1, "the role call that finished"
+        records = trace_records(tmp_path / "trace.jsonl")  # the role call that finished, and the run's summary
+        assert [record["record"] for record in records] == ["step", "summary"]
+        assert records[1]["error"] == "interrupted (Ctrl-C)"
 
         resumed = subprocess.run([sys.executable, "-m", *shlex.split(resume)], cwd=tmp_path, capture_output=True,
                                  text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
