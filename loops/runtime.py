@@ -562,9 +562,12 @@ class Run:
         `aforward`, so the event loop stays free."""
         return drive(self.call(role, predictor=predictor, **inputs))
 
-    def call_phase(self, role: str, phase: Any = None, /, **arguments: Any) -> RoleCalls:
+    def call_phase(self, role: str, phase: Any = None, adapter: dspy.Adapter | None = None, /,
+                   **arguments: Any) -> RoleCalls:
         """Call a pluggable phase (the module's attribute `role` unless `phase` is given) with its
-        contract's arguments, positionally in the contract's order; returns what it returns unchanged."""
+        contract's arguments (`PhaseContract.call`: a plain callable positionally in the contract's order, a
+        `dspy.Module` by keyword), under `adapter` when one is given; returns what it returns, a module's
+        prediction read at its value field (`PhaseContract.value_of`)."""
         contract = self.contracts[role]
         if arguments.keys() != set(contract.params):
             raise TypeError(f"{role} is called with {contract.params}, not {tuple(arguments)}")
@@ -576,12 +579,11 @@ class Run:
         warnings_at = len(self.warnings)
         inputs_hash = self._inputs_hash(arguments)
         recorded = self._replayed(role, inputs_hash)
-        if recorded is not None:
-            return recorded
-        args = tuple(arguments[name] for name in contract.params)
-        result = yield from self._call(role, target, args, {}, arguments, None, llm=False)
-        self._save(role, inputs_hash, result, None, warnings_at)
-        return result
+        if recorded is None:
+            args, kwargs = contract.call(target, arguments)
+            recorded = yield from self._call(role, target, args, kwargs, arguments, adapter, llm=False)
+            self._save(role, inputs_hash, recorded, None, warnings_at)
+        return contract.value_of(target, recorded)
 
     def check(self, checks: Sequence[Check], value: Any, *, floor: str | None = None,
               role: str = "checks") -> CheckReport:
