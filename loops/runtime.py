@@ -576,14 +576,24 @@ class Run:
             asked = {name: arguments[name] for name in contract.params if name != "iteration"}
             answer = yield from self._ask(role, target.for_contract(contract), asked)
             return person.phase_value(contract, dict(answer.items()), arguments)
+        args, kwargs = contract.call(target, arguments)
+        result = yield from self.invoke(role, target, arguments, args=args, kwargs=kwargs, adapter=adapter)
+        return contract.value_of(target, result)
+
+    def invoke(self, role: str, target: Any, inputs: Mapping[str, Any], *, args: tuple = (),
+               kwargs: Mapping[str, Any] | None = None, adapter: dspy.Adapter | None = None) -> RoleCalls:
+        """Call `target(*args, **kwargs)` as the step `role` of the run (a phase, a wrapped DSPy program): under
+        the run's limits and retry policy, its LM requests counted at the run's gate, traced with `inputs`,
+        recorded in the checkpoint and replayed from it (by `inputs`); under `adapter` when one is given.
+        Returns what it returns."""
         warnings_at = len(self.warnings)
-        inputs_hash = self._inputs_hash(arguments)
-        recorded = self._replayed(role, inputs_hash)
-        if recorded is None:
-            args, kwargs = contract.call(target, arguments)
-            recorded = yield from self._call(role, target, args, kwargs, arguments, adapter, llm=False)
-            self._save(role, inputs_hash, recorded, None, warnings_at)
-        return contract.value_of(target, recorded)
+        inputs = dict(inputs)
+        inputs_hash = self._inputs_hash(inputs)
+        result = self._replayed(role, inputs_hash)
+        if result is None:
+            result = yield from self._call(role, target, args, dict(kwargs or {}), inputs, adapter, llm=False)
+            self._save(role, inputs_hash, result, None, warnings_at)
+        return result
 
     def check(self, checks: Sequence[Check], value: Any, *, floor: str | None = None,
               role: str = "checks") -> CheckReport:
@@ -875,7 +885,10 @@ class Run:
             context.paused(time.monotonic() - asked_at)
         if run_aware and not tally.requests():
             self.cached += 1  # its engine was never reached: DSPy's cache answered
-        step = tally.step(dict(result.items()) if llm or human else {"result": result})
+        # A module phase's prediction holds its signature, which may be built at run time (a string signature's):
+        # its step keeps a copy of its fields, which a checkpoint can record.
+        shown = dspy.Prediction(**result) if isinstance(result, dspy.Prediction) else result
+        step = tally.step(dict(result.items()) if llm or human else {"result": shown})
         step.human = human
         self._record(step)
         return result
