@@ -415,7 +415,7 @@ def failure_action(error: BaseException, *, llm: bool, attempts: int, parse_fail
       program that must keep its position);
     - "setup": a developer's mistake that surfaced at the call (no LM, a rejected key): it raises;
     - "timeout": the run's time is up;
-    - "reparse": ask again, at a little temperature, for an answer that parses;
+    - "reparse": ask an LLM role again, at a little temperature, for an answer that parses;
     - "retry": a transient fault (rate limit, time-out, dropped connection): wait, then send again;
     - "give_up": the role failed for good.
     """
@@ -425,7 +425,8 @@ def failure_action(error: BaseException, *, llm: bool, attempts: int, parse_fail
         return "setup"
     if isinstance(error, DeadlinePassed) or out_of_time:
         return "timeout"
-    if is_unparseable(error) and parse_failures < retry.parse_retries:
+    # Only an LLM role is asked again with a config of its own: a phase (a user's program) takes no `config`.
+    if is_unparseable(error) and llm and parse_failures < retry.parse_retries:
         return "reparse"
     if is_transient(error) and attempts < retry.attempts:
         return "retry"

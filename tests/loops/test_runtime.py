@@ -558,3 +558,9 @@ _POLICY = RetryPolicy(attempts=3, parse_retries=1)
 def test_what_follows_a_failed_attempt(error, attempts, parse_failures, out_of_time, action):
     assert failure_action(error, llm=True, attempts=attempts, parse_failures=parse_failures, retry=_POLICY,
                           out_of_time=out_of_time) == action
+
+
+def test_a_phase_whose_predictor_could_not_parse_its_answer_is_not_given_a_config_to_ask_again():
+    unparsed = dspy_errors.AdapterParseError("ChatAdapter", CriticSignature, "??")
+    assert failure_action(unparsed, llm=False, attempts=1, parse_failures=0, retry=_POLICY, out_of_time=False) == \
+        "give_up"
