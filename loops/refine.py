@@ -88,9 +88,9 @@ class Refine(LoopModule):
         if feedback not in (None, "llm"):
             raise ConfigurationError(f"feedback must be None (the verdict's feedback is the hint) or 'llm' (the "
                                      f"feedback role advises each predictor), got {feedback!r}")
-        if critic is not None:
-            self._set_phase("critic", None if critic == "llm" else critic, lambda: dspy.Predict(CriticSignature))
-        self._builtin_critic = critic == "llm"
+        # The built-in critic's signature is asked of the LLM, or of a person in its place (`loops.human()`).
+        self._builtin_critic = critic is not None and self._set_phase(
+            "critic", None if critic == "llm" else critic, lambda: dspy.Predict(CriticSignature))
         if feedback == "llm":
             self._set_phase("feedback", None, lambda: dspy.Predict(FeedbackSignature))
         self._check_judges(critic)
@@ -178,7 +178,7 @@ class Refine(LoopModule):
         failed and more attempts may fail (`fail_count`)."""
         attempts.made += 1
         decoding = Draw(sampled=True).decoding(attempts.made) if number else {}
-        adapter = _Hinted(self._adapter(), hint, decoding, self.program) if hint or decoding else None
+        adapter = _Hinted(self._adapter(), hint, decoding, self.program)
         call = _Call(self.program)
         shown = {**inputs, "hint": hint} if hint else inputs
         try:
@@ -201,8 +201,8 @@ class Refine(LoopModule):
         return _Candidate(prediction, field, attempts.made, run.iteration, call.trace)
 
     def _adapter(self) -> Any:
-        """The adapter the hint is added through: the context's, else the program's model's (its profile's), else
-        DSPy's default."""
+        """The adapter the program runs under, and the hint is added through: the context's, else the one its
+        model needs (its profile's: the embedded model's compact JSON), else DSPy's default."""
         predictor, _ = predictor_of(self.program)
         lm = predictor.lm if predictor is not None and predictor.lm is not None else dspy.settings.lm
         return dspy.settings.adapter or profile.adapter_for(lm) or dspy.ChatAdapter()
@@ -212,7 +212,8 @@ class Refine(LoopModule):
     def _judge(self, run: Run, inputs: dict[str, Any], asked: str, checks: tuple[Check, ...],
                attempt: _Candidate) -> RoleCalls:
         value = attempt.value
-        report = run.check(checks, value) if checks else None
+        floor = _floor(value, attempt.field)
+        report = run.check(checks, value, floor=floor) if checks or floor else None
         critic = None
         if hasattr(self, "critic") and (report is None or report.passed):
             if self._builtin_critic:
@@ -347,6 +348,17 @@ def _program(program: Any) -> dspy.Module:
     if isinstance(program, str) or (isinstance(program, type) and issubclass(program, dspy.Signature)):
         return dspy.Predict(program)
     raise ConfigurationError(f"Refine wraps a dspy.Module or a signature ('question -> answer'), got {program!r:.100}")
+
+
+def _floor(value: Any, field: str) -> str | None:
+    """Why an answer is no answer, whatever judges it: nothing at all, or the adapter's template copied
+    (`{answer}`, which a small model writes back). Any other answer, a number's digits included, is judged."""
+    text = "" if value is None else str(value).strip()
+    if not text:
+        return "empty"
+    if text in (f"{{{field}}}", f"[[ ## {field} ## ]]"):
+        return f"a placeholder ({text!r}), not an answer"
+    return None
 
 
 def _reward(reward_fn: Callable[..., Any], inputs: dict[str, Any], prediction: dspy.Prediction) -> float:

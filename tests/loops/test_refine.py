@@ -6,9 +6,12 @@ import json
 
 import dspy
 import pytest
+from dspy.teleprompt import BootstrapFewShot
 
+import loops
 from loops import ConfigurationError, Refine, load
 from loops.checks import Count
+from loops.lm import local_lm
 from tests.scripted import calls, request_text, scripted_lm
 
 
@@ -128,16 +131,21 @@ def test_a_budget_stops_gracefully_with_the_best_attempt_so_far():
     assert (result.stop_reason, result.final, result.success, result.lm_calls) == ("lm_calls", "two words", False, 2)
 
 
-def test_a_checkpointed_run_resumes_without_calling_the_lm_again(tmp_path):
-    script = [answered("two words"), answered("one")]
+def test_a_run_stopped_by_its_budget_resumes_from_its_checkpoint(tmp_path):
     refine = Refine("question -> answer", checks=["max-words=1"], checkpoint=tmp_path / "runs.db")
-    with dspy.context(lm=scripted_lm(list(script))):
-        first = refine(question="A word?", run_id="r1")
+    with dspy.context(lm=scripted_lm([answered("two words")])):
+        stopped = refine(question="A word?", run_id="r1", max_lm_calls=1)
+    assert (stopped.stop_reason, stopped.final) == ("lm_calls", "two words")
+    resumed_lm = scripted_lm([answered("one")])
+    with dspy.context(lm=resumed_lm):
+        resumed = refine(question="A word?", run_id="r1")
+    # The first attempt comes from the record; the second is asked, with the first's hint.
+    assert (resumed.stop_reason, resumed.final, resumed.replayed, resumed.lm_calls) == ("approved", "one", 1, 1)
+    assert "An earlier answer (answer: 'two words')" in request_text(resumed_lm.engine.requests[0])
     replay = scripted_lm([])
     with dspy.context(lm=replay):
         again = refine(question="A word?", run_id="r1")
-    assert (again.final, again.success, again.lm_calls, again.replayed) == (first.final, True, 0, 2)
-    assert calls(replay) == 0
+    assert (again.final, again.success, again.lm_calls, calls(replay)) == ("one", True, 0, 0)
 
 
 def test_aforward_runs_the_same_loop():
@@ -169,3 +177,63 @@ def test_a_developers_mistake_is_refused_when_the_loop_is_built(arguments, messa
         Refine("question -> answer", **arguments)
     with pytest.raises(ConfigurationError, match="Refine wraps a dspy.Module or a signature"):
         Refine(42, checks=["max-words=1"])
+
+
+def test_bootstrap_few_shot_tunes_the_wrapped_programs_predictor_with_the_approved_attempt():
+    def respond(engine, request):  # a long answer first, then one word, for every question
+        return answered("one" if "hint_" in request_text(request) else "far too many words")
+
+    trainset = [dspy.Example(question=f"Question {n}?").with_inputs("question") for n in range(2)]
+    optimizer = BootstrapFewShot(metric=lambda example, prediction, trace=None: prediction.success,
+                                 max_bootstrapped_demos=2, max_labeled_demos=0)
+    with dspy.context(lm=scripted_lm(respond)):
+        compiled = optimizer.compile(Refine("question -> answer", checks=["max-words=1"]), trainset=trainset)
+    demos = dict(compiled.named_predictors())["program"].demos
+    assert [demo["answer"] for demo in demos] == ["one", "one"]
+    assert all("hint_" not in demo for demo in demos)
+
+
+def test_a_person_may_be_the_critic():
+    lm = scripted_lm([answered("Lisbon")])
+    refine = Refine("question -> answer", critic=loops.human(lambda question: {
+        "accuracy_passed": True, "completeness_passed": True, "quality_passed": True, "approved": True,
+        "feedback": ""}))
+    with dspy.context(lm=lm):
+        result = refine(question="Capital of Portugal?")
+    assert (result.final, result.success) == ("Lisbon", True)
+    assert [step.role for step in result.trace] == ["program", "critic"] and result.trace[1].human
+
+
+@pytest.mark.embedded
+@pytest.mark.slow
+def test_a_chain_of_thought_refined_with_a_check_on_the_embedded_model(tmp_path):
+    """The issue's goal: a user's ChainOfThought refined with a check on its answer, on the embedded model,
+    through forward, acall, a checkpointed resume and a bootstrap optimization."""
+    refine = Refine(dspy.ChainOfThought("question -> answer"), checks=["max-words=4"], max_iterations=2,
+                    checkpoint=tmp_path / "runs.db")
+    question = "What colour is the sky on a clear day?"
+    with dspy.context(lm=local_lm()):
+        stopped = refine(question=question, run_id="sky", max_iterations=1)
+        resumed = refine(question=question, run_id="sky")
+        awaited = asyncio.run(refine.acall(question="What colour is fresh grass?"))
+        optimizer = BootstrapFewShot(metric=lambda example, prediction, trace=None: prediction.success,
+                                     max_bootstrapped_demos=1, max_labeled_demos=0)
+        compiled = optimizer.compile(refine, trainset=[dspy.Example(question="What colour is snow?")
+                                                       .with_inputs("question")])
+    assert stopped.stop_reason in ("approved", "max_iterations") and stopped.error is None
+    for result in (resumed, awaited):
+        assert result.stop_reason in ("approved", "max_iterations") and result.error is None
+        assert isinstance(result.answer, str) and result.final == result.answer
+        assert result.success == result.best_attempt["checks"].passed
+    assert resumed.replayed >= 1 and resumed.trace[0].replayed  # the first attempt came from the checkpoint
+    demos = dict(compiled.named_predictors())["program.predict"].demos
+    assert all(len(demo["answer"].split()) <= 4 for demo in demos)  # only an approved attempt is a demo
+
+
+def test_an_empty_answer_or_the_adapters_template_is_never_approved():
+    lm = scripted_lm([answered("{answer}"), answered("42")])
+    refine = Refine("question -> answer", reward_fn=lambda inputs, pred: 1.0, threshold=1.0)
+    with dspy.context(lm=lm):
+        result = refine(question="Six times seven?")
+    assert (result.final, result.success, result.iterations) == ("42", True, 2)  # digits are an answer
+    assert "a placeholder ('{answer}')" in request_text(lm.engine.requests[1])
