@@ -6,13 +6,14 @@ import json
 
 import dspy
 import pytest
+from dspy.streaming import StreamListener, StreamResponse
 from dspy.teleprompt import BootstrapFewShot
 
 import loops
-from loops import ConfigurationError, Refine, load
+from loops import ConfigurationError, LoopResult, Refine, load
 from loops.checks import Count
 from loops.lm import local_lm
-from tests.scripted import calls, request_text, scripted_lm
+from tests.scripted import calls, request_text, scripted_lm, streaming_lm
 
 
 def answered(text, reasoning=None):
@@ -237,3 +238,18 @@ def test_an_empty_answer_or_the_adapters_template_is_never_approved():
         result = refine(question="Six times seven?")
     assert (result.final, result.success, result.iterations) == ("42", True, 2)  # digits are an answer
     assert "a placeholder ('{answer}')" in request_text(lm.engine.requests[1])
+
+
+def test_dspy_streamify_streams_each_attempts_field_as_it_is_written_and_the_result_last():
+    refine = Refine("question -> answer", checks=["max-words=1"])
+    streamed = dspy.streamify(refine, stream_listeners=[StreamListener("answer", allow_reuse=True)])
+
+    async def chunks():
+        return [chunk async for chunk in streamed(question="A word?")]
+
+    with dspy.context(lm=streaming_lm([answered("two words"), answered("one")])):
+        received = asyncio.run(chunks())
+    pieces = [chunk for chunk in received if isinstance(chunk, StreamResponse)]
+    assert "".join(chunk.chunk for chunk in pieces) == "two wordsone"  # both attempts, as written
+    assert len(pieces) > 2 and {chunk.predict_name for chunk in pieces} == {"program"}
+    assert isinstance(received[-1], LoopResult) and received[-1].final == "one"
