@@ -563,12 +563,11 @@ class Run:
         `aforward`, so the event loop stays free."""
         return drive(self.call(role, predictor=predictor, **inputs))
 
-    def call_phase(self, role: str, phase: Any = None, adapter: dspy.Adapter | None = None, /,
-                   **arguments: Any) -> RoleCalls:
+    def call_phase(self, role: str, phase: Any = None, /, **arguments: Any) -> RoleCalls:
         """Call a pluggable phase (the module's attribute `role` unless `phase` is given) with its
         contract's arguments (`PhaseContract.call`: a plain callable positionally in the contract's order, a
-        `dspy.Module` by keyword), under `adapter` when one is given; returns what it returns, a module's
-        prediction read at its value field (`PhaseContract.value_of`)."""
+        `dspy.Module` by keyword); returns what it returns, a module's prediction read at its value field
+        (`PhaseContract.value_of`)."""
         contract = self.contracts[role]
         if arguments.keys() != set(contract.params):
             raise TypeError(f"{role} is called with {contract.params}, not {tuple(arguments)}")
@@ -578,7 +577,7 @@ class Run:
             answer = yield from self._ask(role, target.for_contract(contract), asked)
             return person.phase_value(contract, dict(answer.items()), arguments)
         args, kwargs = contract.call(target, arguments)
-        result = yield from self.invoke(role, target, arguments, args=args, kwargs=kwargs, adapter=adapter)
+        result = yield from self.invoke(role, target, arguments, args=args, kwargs=kwargs)
         return contract.value_of(target, result)
 
     def invoke(self, role: str, target: Any, inputs: Mapping[str, Any], *, args: tuple = (),
