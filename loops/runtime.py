@@ -249,8 +249,11 @@ class _Invoke:
 
     def perform(self) -> Any:
         try:
-            if self.deadline is not None and self.llm and not self.run_aware:
-                return context.within_deadline(self._perform, "the LM call")  # it cannot stop by itself
+            # An LM that cannot stop by itself is given up at the deadline on a worker thread; not while
+            # `dspy.streamify` streams, which sends each chunk from the thread it runs the program on (an AnyIO
+            # worker thread), where the run's gate still refuses any request past the deadline.
+            if self.deadline is not None and self.llm and not self.run_aware and dspy.settings.send_stream is None:
+                return context.within_deadline(self._perform, "the LM call")
             return self._perform()
         except RequestRefused as refused:  # the run's limits refused a request of this call
             raise refused.limit from None
