@@ -62,8 +62,8 @@ class Refine(LoopModule):
     - `reward_fn(inputs, prediction) -> float` (DSPy's) and `threshold=`: the reward approves at or above it.
     - `feedback="llm"`: the feedback role advises each predictor; by default the verdict's feedback is the hint.
     - `samples=n`: candidates per iteration, the first approved taken; `fail_count`: attempts that may raise
-      before the run stops with the error (by default every one but the last: the run stops when no attempt
-      answered at all).
+      before the run stops with the error (DSPy's; by default any number: the run stops with the error only
+      when no attempt answered at all).
     """
 
     contracts = REFINE
