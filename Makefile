@@ -15,7 +15,7 @@ LOCK_LOCAL := requirements-local.lock
 # two iterations (the loop draws several candidates, each checked for free, and shows which checks each held).
 DEMO_REQUIREMENTS ?= Write a two-sentence product description for a reusable water bottle.
 DEMO_CHECKS ?= --check sentences=2 --check include=BPA-free --check max-words=40
-EXTRAS := local,dev,server,optimize,ray,notebooks
+EXTRAS := local,dev,server,optimize,ray,notebooks,tracing,tracing-e2e
 comma := ,
 
 .PHONY: demo test lock test-latest clean
@@ -29,8 +29,11 @@ test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest --nbmake notebooks
 
+# The venv's own pip first becomes the lock's: a new venv's bundled pip (23.2) took 331-356 s to install the lock
+# here, the lock's pip 178 s (a loaded 2-core machine, wheels cached; docs/dependencies.md).
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "pip==$$(sed -n 's/^pip==\([^ ]*\).*/\1/p' $(LOCK_LOCAL))"
 
 # llama-cpp-python compiles from source the first time (about 8-12 minutes on 2 cores); pip caches the wheel.
 # PyPI has no portable CPU wheel of it, and no other wheel that serves as well (README.md, "Why compile").

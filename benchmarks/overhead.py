@@ -15,6 +15,10 @@ wall-clock blocks cannot tell 1.05 from 1.10 on a shared 2-core machine.
   (`loops.context.RUN_AWARE`; DSPy's own engines, a hosted model's): the runtime asks for it through a DSPy
   callback, whose machinery runs on every call DSPy decorates, and bounds each call by the deadline on a
   worker thread. The other lines use a run-aware engine, as loops' embedded and server engines are.
+- tracing: the same runs with `loops.tracing` on, its spans kept by the SDK's in-memory exporter, interleaved
+  with runs with it off: what tracing adds per role call (its `invoke_agent` span and the `chat` span of its
+  LM request, the run's `invoke_workflow` span shared among its four calls), in CPU microseconds. Tracing off
+  is no observer at all: the lines above are the runtime with tracing off.
 """
 
 from __future__ import annotations
@@ -205,6 +209,47 @@ def concurrent(rounds: int, count: int) -> float:
                          lambda: cpu_seconds(lambda: asyncio.run(minimal_runs())))
 
 
+def tracing_cost(rounds: int, runs: int) -> tuple[float, float] | None:
+    """Per role call, the CPU microseconds tracing adds and the traced/untraced ratio (medians of interleaved
+    rounds); None without OpenTelemetry's SDK."""
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    except ImportError:
+        return None
+    import loops.tracing
+
+    provider, memory = TracerProvider(), InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    calls = 4 * runs  # creator, critic, iterator, critic: four role calls a run
+
+    def batch(module: CreatorCriticIterator) -> float:
+        return cpu_seconds(lambda: [module(requirements="a slogan") for _ in range(runs)])
+
+    def traced(module: CreatorCriticIterator) -> float:
+        loops.tracing.enable(provider=provider)
+        try:
+            return batch(module)
+        finally:
+            loops.tracing.disable()
+            assert len(memory.get_finished_spans()) == runs * 9, len(memory.get_finished_spans())
+            memory.clear()
+
+    differences, ratios = [], []
+    for number in range(rounds):
+        module = _module()
+        for _ in range(2):  # warm, so neither side pays the first call
+            module(requirements="a slogan")
+        if number % 2:
+            on, off = traced(module), batch(module)
+        else:
+            off, on = batch(module), traced(module)
+        differences.append((on - off) / calls * 1e6)
+        ratios.append(on / off)
+    return statistics.median(differences), statistics.median(ratios)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -219,6 +264,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"aged:       {aged(args.rounds, args.runs, args.age):.3f}x after {args.age} runs on the same instances")
     with dspy.context(lm=scripted_lm(run_aware=False), adapter=dspy.ChatAdapter()):
         print(f"fresh, unaware: {fresh(args.rounds, args.runs):.3f}x on an engine that does not ask the run itself")
+    with dspy.context(lm=scripted_lm(), adapter=dspy.ChatAdapter()):
+        cost = tracing_cost(args.rounds, args.runs)
+    if cost is None:
+        print("tracing:    not measured (OpenTelemetry's SDK is not installed: pip install 'loops[tracing]')")
+    else:
+        print(f"tracing:    +{cost[0]:.0f} us of CPU per role call with loops.tracing on (in-memory exporter), "
+              f"{cost[1]:.3f}x the same runs with it off (median of {args.rounds} interleaved rounds)")
     with dspy.context(adapter=dspy.ChatAdapter()):
         print(f"concurrent: {concurrent(max(3, args.rounds // 3), args.concurrent):.3f}x with {args.concurrent} "
               f"concurrent acalls on a {LATENCY_S * 1000:.0f} ms LM")

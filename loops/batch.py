@@ -17,20 +17,27 @@ warnings, and `score` with a `metric`. A batch that was interrupted or killed re
 the examples already in `out` are skipped (`retry_failed=True` runs again those recorded as failed),
 and a line of `out` cut short or damaged is skipped with a warning, its example run again. An example
 whose loop raised is recorded with its `error` and the batch goes on; a `ConfigurationError` (a rejected
-key, an unknown model, inputs the program refuses) stops the batch at that example, with nothing
-recorded for it, since it would fail the same way on every run.
+key, an unknown model) stops the batch at that example, with nothing recorded for it, since it would fail
+the same way on every run.
+
+Before the first example runs, every example is checked against the program's inputs (`bad_examples`: its
+input contract, `loops.contracts`): an example holds inputs only, never a limit (the limits are the
+program's, the same for every example), and those the program would refuse are all listed in one
+`ConfigurationError`, with nothing run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import inspect
 import json
 import logging
 import os
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,9 +45,10 @@ from urllib.parse import urlsplit
 
 import dspy
 
+from loops import context, tracing
 from loops.errors import ConfigurationError, MissingDependencyError
 
-__all__ = ["BACKENDS", "INPUT_CHARS", "BatchSummary", "arun", "run"]
+__all__ = ["BACKENDS", "INPUT_CHARS", "BadExample", "BatchSummary", "arun", "bad_examples", "current_example", "run"]
 
 BACKENDS = ("asyncio", "ray")
 INPUT_CHARS = 200  # of each input, in a result line: enough to tell the examples apart
@@ -51,7 +59,8 @@ Record = dict[str, Any]
 @dataclass(frozen=True)
 class BatchSummary:
     """What a batch did: examples finished (succeeded or not), failed (their loop raised), skipped
-    (already in `out`; `skipped_unsuccessful` of them recorded without success), the seconds spent running
+    (already in `out`; `skipped_unsuccessful` of them recorded without success, `skipped_failed` of those as
+    failed, which `retry_failed=True` runs again), the seconds spent running
     them and, apart, starting up (Ray's instance and actors), the CPU seconds spent running them (this
     process's for asyncio, the actors' for Ray) and the number of workers (actors) that ran them."""
 
@@ -61,6 +70,7 @@ class BatchSummary:
     skipped: int
     skipped_unsuccessful: int
     seconds: float
+    skipped_failed: int = 0
     startup_seconds: float = 0.0
     cpu_seconds: float = 0.0
     workers: int = 1
@@ -78,10 +88,16 @@ class BatchSummary:
 
 def run(program: dspy.Module, examples: Iterable[dspy.Example | dict[str, Any]], *, out: str | os.PathLike[str],
         backend: str = "asyncio", concurrency: int = 16, address: str | None = None,
-        metric: Callable[..., Any] | None = None, progress: bool = True, retry_failed: bool = False) -> BatchSummary:
+        metric: Callable[..., Any] | None = None, progress: bool = True, retry_failed: bool = False,
+        options: Mapping[str, Any] | None = None) -> BatchSummary:
     """Run `program` on every example not yet in `out`, `concurrency` at a time, appending one record
     per example to `out` as it finishes. Examples are `dspy.Example`s (their inputs are the program's
     keyword arguments) or dicts of inputs; an example's id is its `id` or `task_id`, else its position.
+    Every example is checked first (`bad_examples`): none runs unless all can.
+
+    `options` go to every example's call beside its inputs: a loop module's limits (`timeout_s=60`), and
+    `checkpoint="runs.db"`, in which each example's run is recorded under its id as `run_id` (an example
+    interrupted mid-loop then resumes from its record when the batch runs again).
 
     Interrupted (Ctrl-C), it stops at once and raises `KeyboardInterrupt` saying how many examples are
     done; what finished is in `out`, and the same call resumes from there."""
@@ -92,7 +108,7 @@ def run(program: dspy.Module, examples: Iterable[dspy.Example | dict[str, Any]],
     else:
         raise ConfigurationError("loops.batch.run was called inside a running event loop (a notebook cell, say): "
                                  "use `await loops.batch.arun(...)` there instead")
-    batch = _Batch(program, examples, out, backend, concurrency, address, metric, progress, retry_failed)
+    batch = _Batch(program, examples, out, backend, concurrency, address, metric, progress, retry_failed, options)
     try:
         asyncio.run(batch.drive())
     except KeyboardInterrupt:
@@ -103,9 +119,9 @@ def run(program: dspy.Module, examples: Iterable[dspy.Example | dict[str, Any]],
 async def arun(program: dspy.Module, examples: Iterable[dspy.Example | dict[str, Any]], *,
                out: str | os.PathLike[str], backend: str = "asyncio", concurrency: int = 16,
                address: str | None = None, metric: Callable[..., Any] | None = None, progress: bool = True,
-               retry_failed: bool = False) -> BatchSummary:
+               retry_failed: bool = False, options: Mapping[str, Any] | None = None) -> BatchSummary:
     """`run`, awaited in a running event loop (a notebook, an async service)."""
-    batch = _Batch(program, examples, out, backend, concurrency, address, metric, progress, retry_failed)
+    batch = _Batch(program, examples, out, backend, concurrency, address, metric, progress, retry_failed, options)
     await batch.drive()
     return batch.summary()
 
@@ -116,23 +132,32 @@ class _Batch:
 
     def __init__(self, program: dspy.Module, examples: Iterable[Any], out: str | os.PathLike[str], backend: str,
                  concurrency: int, address: str | None, metric: Callable[..., Any] | None, progress: bool,
-                 retry_failed: bool):
+                 retry_failed: bool, options: Mapping[str, Any] | None):
         if backend not in BACKENDS:
             raise ConfigurationError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if address is not None and backend != "ray":
             raise ConfigurationError("address= is a Ray cluster's address: it needs backend='ray'")
+        if options and "run_id" in options:
+            raise ConfigurationError("options must not hold a run_id: with a checkpoint, each example's run is "
+                                     "recorded under the example's own id")
         if dspy.settings.lm is None and any(predictor.lm is None for _, predictor in program.named_predictors()):
             raise ConfigurationError("no LM is configured: call dspy.configure(lm=...) before loops.batch.run")
         self.program, self.backend, self.concurrency, self.address, self.metric = (
             program, backend, concurrency, address, metric)
+        self.options = dict(options or {})
         self.lm, self.adapter = dspy.settings.lm, dspy.settings.adapter
-        items = list(_items(examples))
+        self.origin = tracing.carrier()  # what the caller is inside: each example's trace links to it
+        items, bad = _examples(program, examples)
+        if bad:
+            raise ConfigurationError(f"{len(bad)} of {len(items) + sum(example.id is None for example in bad)} "
+                                     "examples cannot run, and none ran:\n" + "\n".join(map(str, bad)))
         self.out = _Output(Path(out), retry_failed)
         self.pending = [(key, inputs) for key, inputs in items if key not in self.out.results]
         self.skipped = len(items) - len(self.pending)
         self.skipped_unsuccessful = sum(not self.out.results[key] for key, _ in items if key in self.out.results)
+        self.skipped_failed = sum(self.out.results.get(key, False) is None for key, _ in items)
         self.counts = {"finished": 0, "succeeded": 0, "failed": 0}
         self.progress = _Progress(progress, len(self.pending))
         self.seconds = self.startup_seconds = self.cpu_seconds = 0.0
@@ -156,7 +181,8 @@ class _Batch:
             self.seconds = time.monotonic() - started - self.startup_seconds
 
     async def _run_here(self, slot: int, key: str, inputs: dict[str, Any]) -> Record:
-        return await _run_example(self.program, key, inputs, self.metric)
+        return await _run_example(self.program, context.ExampleInfo(key, "asyncio", self.origin), inputs,
+                                  self.metric, self.options)
 
     async def _run_on_ray(self) -> None:
         started = time.monotonic()
@@ -166,8 +192,8 @@ class _Batch:
             _start_ray(ray, self.address)
         actors = None
         try:
-            shared = (self.program, self.lm, self.adapter, self.metric)
-            actors = _Actors(ray, shared, self.concurrency, len(self.pending))
+            shared = (self.program, self.lm, self.adapter, self.metric, self.options, tracing.worker_settings())
+            actors = _Actors(ray, shared, self.concurrency, len(self.pending), self.origin)
             cpu_before = await actors.cpu_seconds()  # once each actor has built its program and LM
             self.startup_seconds, self.workers = time.monotonic() - started, len(actors.actors)
             self.progress.running()
@@ -189,6 +215,7 @@ class _Batch:
 
     def summary(self) -> BatchSummary:
         return BatchSummary(skipped=self.skipped, skipped_unsuccessful=self.skipped_unsuccessful,
+                            skipped_failed=self.skipped_failed,
                             seconds=self.seconds, startup_seconds=self.startup_seconds,
                             cpu_seconds=self.cpu_seconds, workers=self.workers, **self.counts)
 
@@ -231,16 +258,46 @@ async def _in_slots(pending: list[tuple[str, dict[str, Any]]], concurrency: int,
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _run_example(program: dspy.Module, key: str, inputs: dict[str, Any],
-                       metric: Callable[..., Any] | None) -> Record:
-    """One example, on either backend: its record, or its failure's; a `ConfigurationError` propagates."""
-    started = time.monotonic()
+_example: contextvars.ContextVar[str | None] = contextvars.ContextVar("loops_batch_example", default=None)
+
+
+def current_example() -> str | None:
+    """The id of the example whose loop runs in this context (an observer of a batch's runs tells them apart so),
+    None outside a batch's example."""
+    return _example.get()
+
+
+async def _run_example(program: dspy.Module, example: context.ExampleInfo, inputs: dict[str, Any],
+                       metric: Callable[..., Any] | None, options: Mapping[str, Any]) -> Record:
+    """One example, on either backend: its record, or its failure's; a `ConfigurationError` propagates. Its
+    observers hear of it (`loops.tracing` gives it a trace of its own), however it ends."""
+    observers = context.observers()
+    if not observers:
+        return await _example_record(program, example.key, inputs, metric, options)
+    context.notify("example_started", example, to=observers)
     try:
-        prediction = await program.acall(**inputs)
+        with context.scopes(example, to=observers):
+            record = await _example_record(program, example.key, inputs, metric, options)
+    except BaseException as exc:
+        context.notify("example_finished", example, None, exc, to=observers)
+        raise
+    context.notify("example_finished", example, record, None, to=observers)
+    return record
+
+
+async def _example_record(program: dspy.Module, key: str, inputs: dict[str, Any],
+                          metric: Callable[..., Any] | None, options: Mapping[str, Any]) -> Record:
+    started = time.monotonic()
+    token = _example.set(key)
+    try:
+        recording = {"run_id": key} if "checkpoint" in options else {}
+        prediction = await program.acall(**inputs, **options, **recording)
     except ConfigurationError:
         raise
     except Exception as exc:  # recorded, never fatal: the batch goes on
         return _failure(key, inputs, exc, time.monotonic() - started)
+    finally:
+        _example.reset(token)
     return _record(key, inputs, prediction, time.monotonic() - started, metric)
 
 
@@ -307,8 +364,9 @@ class _Actors:
     `concurrency`. Twice as many examples are handed out as run (`owners`: each slot's actor): the other half
     waits in the actors, so that an actor starts its next loop the moment one ends, not a round trip later."""
 
-    def __init__(self, ray: Any, shared: tuple[Any, Any, Any, Any], concurrency: int, pending: int):
+    def __init__(self, ray: Any, shared: tuple[Any, ...], concurrency: int, pending: int, origin: dict[str, str]):
         count = max(1, min(concurrency, int(ray.cluster_resources().get("CPU", 1)), pending))
+        self.origin = origin
         self.ray, self.shares = ray, [concurrency // count + (number < concurrency % count) for number in range(count)]
         self.worker, self.shared = ray.remote(num_cpus=1)(_Worker), ray.put(shared)
         self.actors = [self._new(number) for number in range(count)]
@@ -324,7 +382,9 @@ class _Actors:
         number = self.owners[slot]
         actor = self.actors[number]
         try:
-            return await actor.run.remote(key, inputs)
+            record, spans = await actor.run.remote(key, inputs, self.origin)
+            tracing.export(spans)  # the example's trace, made in the worker, leaves through this process
+            return record
         except self.ray.exceptions.RayActorError as exc:  # the actor died: this example's failure, and a new actor
             if self.actors[number] is actor:
                 self.actors[number] = self._new(number)
@@ -349,12 +409,17 @@ class _Worker:
     the embedded model's engine carries no weights (the actor's process loads its own shared model on first
     use), so it needs no rebuilding, which would run another LM than asyncio's."""
 
-    def __init__(self, shared: tuple[Any, Any, Any, Any]):
-        self.program, self.lm, self.adapter, self.metric = shared
+    def __init__(self, shared: tuple[Any, ...]):
+        self.program, self.lm, self.adapter, self.metric, self.options, traced = shared
+        if traced is not None:
+            tracing.trace_in_worker(traced)
 
-    async def run(self, key: str, inputs: dict[str, Any]) -> Record:
+    async def run(self, key: str, inputs: dict[str, Any], origin: dict[str, str]) -> tuple[Record, list[Any]]:
+        """The example's record, and its trace's spans when the batch is traced (`loops.tracing.spans_of`)."""
+        example = context.ExampleInfo(key, "ray", origin)
         with dspy.context(lm=self.lm, adapter=self.adapter):
-            return await _run_example(self.program, key, inputs, self.metric)
+            record = await _run_example(self.program, example, inputs, self.metric, self.options)
+        return record, tracing.spans_of(example)
 
     async def cpu_seconds(self) -> float:
         return time.process_time()
@@ -363,25 +428,67 @@ class _Worker:
 # --- examples and records --------------------------------------------------------------------------------------
 
 
-def _items(examples: Iterable[dspy.Example | dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
-    seen: set[str] = set()
-    for number, example in enumerate(examples):
+@dataclass(frozen=True)
+class BadExample:
+    """An example the batch's program would refuse (`bad_examples`): its position among the examples (1-based),
+    its id (None when it is not an example at all) and every reason, each saying what to fix."""
+
+    position: int
+    id: str | None
+    problems: tuple[str, ...]
+
+    def __str__(self) -> str:
+        named = f" (id {self.id!r})" if self.id is not None else ""
+        return f"example {self.position}{named}: {'; '.join(self.problems)}"
+
+
+def bad_examples(program: dspy.Module, examples: Iterable[dspy.Example | dict[str, Any]]) -> list[BadExample]:
+    """Every example of `examples` that `program` would refuse, each with all its reasons, found without any
+    LM call: what `run` checks before the first example runs. An example holds the program's inputs only (its
+    limits are the program's, the same for every example): a limit among them is refused. The reasons come from
+    the program's input contract (`LoopModule.input_problems`), or for any other module from its `forward`'s
+    parameters."""
+    return _examples(program, examples)[1]
+
+
+def _examples(program: dspy.Module, examples: Iterable[dspy.Example | dict[str, Any]]) -> tuple[
+        list[tuple[str, dict[str, Any]]], list[BadExample]]:
+    """The examples as (id, inputs), and those the program would refuse."""
+    items, bad, seen = [], [], set()
+    for position, example in enumerate(examples, 1):
         if isinstance(example, dspy.Example):
             inputs = dict(example.inputs()) if example._input_keys else {
                 key: value for key, value in example.items() if key not in ("id", "task_id")}
-            key = example.get("id", example.get("task_id", number))
+            key = example.get("id", example.get("task_id", position - 1))
         elif isinstance(example, dict):
             inputs = {name: value for name, value in example.items() if name != "id"}
-            key = example.get("id", number)
+            key = example.get("id", position - 1)
         else:
-            raise ConfigurationError(f"example {number} is a {type(example).__name__}: give dspy.Examples or dicts "
-                                     "of the program's inputs")
+            bad.append(BadExample(position, None, (f"a {type(example).__name__}: give dspy.Examples or dicts of the "
+                                                   "program's inputs",)))
+            continue
         key = str(key)
+        problems = _input_problems(program, inputs)
         if key in seen:
-            raise ConfigurationError(f"two examples have the id {key!r}: ids must be unique, as a resumed batch "
-                                     "skips the ids it finds in out")
+            problems.insert(0, f"another example has the id {key!r} too: ids must be unique, as a resumed batch skips "
+                               "the ids it finds in out")
         seen.add(key)
-        yield key, inputs
+        if problems:
+            bad.append(BadExample(position, key, tuple(problems)))
+        items.append((key, inputs))
+    return items, bad
+
+
+def _input_problems(program: dspy.Module, inputs: dict[str, Any]) -> list[str]:
+    check = getattr(program, "input_problems", None)
+    if callable(check):
+        return list(check(inputs))
+    own = type(program).aforward if "aforward" in vars(type(program)) else type(program).forward
+    try:
+        inspect.signature(own).bind(program, **inputs)
+    except TypeError as mismatch:
+        return [f"{mismatch}: {type(program).__name__}.{own.__name__} takes {inspect.signature(own)}"]
+    return []
 
 
 def _record(key: str, inputs: dict[str, Any], prediction: Any, seconds: float,

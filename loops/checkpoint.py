@@ -19,15 +19,24 @@ A run that pauses for a person (`loops.person`, stop reason "awaiting_input") le
 store, one per run id (`ask`); a person's answer is recorded beside it (`record_answer`, `loops runs answer`),
 and the resumed run takes it (`Replay.answer_for`) and clears it (`settle`) once the call is recorded.
 
-A store that cannot be read when a run starts (a damaged or unreadable file, a damaged record) is a
-`ConfigurationError` naming the file; one that fails while the run goes on (a full disk) ends the run
-gracefully with its work so far, stop reason "error" and the cause on `error` (a `RunError`).
+A store that cannot be read when a run starts (a damaged or unreadable file, a damaged page anywhere in it, a
+damaged record) is a `ConfigurationError` naming the file; one that fails while the run goes on (a full disk)
+ends the run gracefully with its work so far, stop reason "error" and the cause on `error` (a `RunError`).
+
+A SQLite file is whole on its own once a run ends: the run folds SQLite's write-ahead log into it, a store it
+opened from a path is closed, and every store still open is closed when the process exits. A file this process
+cannot write is read as it is: its runs are listed, shown and replayed, and a run that would record anything is
+refused before any LM call. `delete_runs` and `prune_runs` (by age, stop reason and number) delete runs and
+compact the file (`loops runs delete/prune`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
+import datetime
+import difflib
 import hashlib
 import json
 import os
@@ -38,7 +47,8 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,8 +57,9 @@ import dspy
 
 from loops.errors import ConfigurationError, ReplayDivergence, RunError
 
-__all__ = ["CallRecord", "CheckpointStore", "MemoryStore", "QuestionRecord", "Replay", "RunRecord", "SQLiteStore",
-           "open_store", "stable_hash", "unpack"]
+__all__ = ["CallRecord", "CheckpointStore", "MemoryStore", "QuestionRecord", "Removal", "Replay", "RunRecord",
+           "SQLiteStore", "delete_runs", "open_store", "opened", "program_name", "prune_runs", "stable_hash",
+           "unknown_run", "unpack"]
 
 # What a store may raise when its storage fails: SQLite's errors, the file system's.
 _STORAGE_ERRORS = (sqlite3.Error, OSError)
@@ -103,6 +114,16 @@ def _nested_in(run_id: str, candidate: str) -> bool:
     return candidate == run_id or candidate.startswith(run_id + "/")
 
 
+def _within(candidate: str, run_ids: set[str] | frozenset[str]) -> bool:
+    """Whether `candidate` is one of `run_ids` or a run nested in one of them."""
+    return candidate in run_ids or _nested_in_any(candidate, run_ids)
+
+
+def _nested_in_any(candidate: str, run_ids: set[str] | frozenset[str]) -> bool:
+    """Whether `candidate` is a run nested in one of `run_ids`."""
+    return any(candidate[:at] in run_ids for at, char in enumerate(candidate) if char == "/")
+
+
 class CheckpointStore(Protocol):
     def begin(self, run_id: str, program: str, inputs: str) -> list[CallRecord]:
         """Open `run_id` (creating it), checking it was recorded for this program and these inputs;
@@ -142,10 +163,22 @@ def _check_run(run_id: str, found: tuple[str, str] | None, program: str, inputs:
     if found is None:
         return
     if found[0] != program:
-        raise ReplayDivergence(f"run {run_id!r} was recorded for another program ({found[0]}), not {program}: "
-                               "give this run a new run_id")
+        # A program's fingerprint is its class and a hash of its roles (`LoopModule.fingerprint`): say which differs.
+        recorded, now = (program_name(fingerprint) for fingerprint in (found[0], program))
+        if recorded != now:
+            raise ReplayDivergence(f"run {run_id!r} was recorded by another program ({recorded}, not {now}): resume it "
+                                   "with the command or program that recorded it, or give this run a new run_id")
+        raise ReplayDivergence(
+            f"run {run_id!r} was recorded by another program: a {now} whose roles differ from this one's (a role's "
+            "instructions or fields, or who answers it: an LM, a person as with --human, a custom phase); resume it "
+            "with the options it was recorded with, or give this run a new run_id")
     if found[1] != inputs:
         raise ReplayDivergence(f"run {run_id!r} was recorded with other inputs: give this run a new run_id")
+
+
+def program_name(fingerprint: str) -> str:
+    """The class a program's fingerprint (a run's `program`) names, e.g. CreatorCriticIterator."""
+    return fingerprint.partition(":")[0].rsplit(".", 1)[-1]
 
 
 class MemoryStore:
@@ -213,7 +246,14 @@ class MemoryStore:
 
 
 class SQLiteStore:
-    """Runs and their calls in one SQLite file; each call is committed as it finishes."""
+    """Runs and their calls in one SQLite file; each call is committed as it finishes.
+
+    The file is checked (SQLite's `quick_check`) the first time a process opens it, so a damaged file is a
+    `ConfigurationError` before any LM call. A file this process cannot write (a read-only file, directory or
+    file system) is opened read-only (`read_only` says why): its runs can be listed, shown and replayed, and
+    a run that would record anything is refused. `close()` folds the write-ahead log into the file, so that
+    the file alone holds every run; a run opened from a path closes its store when it ends, and every store
+    still open is closed when the process exits."""
 
     # A call's `inputs_hash` is stored in the column `digest`, its first name, so that older files resume.
     _SCHEMA = """
@@ -229,30 +269,46 @@ class SQLiteStore:
                                               asked REAL NOT NULL);
     """
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False):
         self.path = Path(path)
-        try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # Each commit reaches the OS before the call returns: a killed process loses nothing; only a
-            # power cut can lose the last calls, which a resume then makes again.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(self._SCHEMA)
-        except sqlite3.Error as exc:
-            raise ConfigurationError(f"cannot use {str(self.path)!r} as a checkpoint file: {exc}") from exc
+        #: Why this store only reads its file (None when it writes it).
+        self.read_only: str | None = "opened read-only" if read_only else None
         self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self._db = self._connect_read_only() if read_only else self._connect()
+        except sqlite3.Error as exc:
+            raise self._unusable(exc) from exc
+        try:
+            self._check_integrity()
+        except BaseException as exc:
+            self._db.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self._unusable(exc) from exc
+            raise
+        _OPEN_STORES.add(self)
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def begin(self, run_id: str, program: str, inputs: str) -> list[CallRecord]:
         with self._lock, self._reading():
             found = self._db.execute("SELECT program, inputs FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             _check_run(run_id, found, program, inputs)
             if found is None:
+                self._refuse_writing(f"start the new run {run_id!r}, whose calls it would record")
                 self._db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, NULL)", (run_id, program, inputs, time.time()))
             return self._calls(run_id)
 
     def claim(self, run_id: str, owner: str) -> None:
         """Claim `run_id` for `owner` in one transaction: a claim of a live process (this one included) is
-        refused, one whose process is gone (SIGKILLed, crashed) is taken over."""
+        refused, one whose process is gone (SIGKILLed, crashed) is taken over. A read-only file cannot be
+        claimed, nor written by this process: the run only replays it."""
+        if self.read_only:
+            return
         with self._lock, self._reading():
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -267,6 +323,8 @@ class SQLiteStore:
             self._db.execute("COMMIT")
 
     def release(self, run_id: str, owner: str) -> None:
+        if self.read_only:
+            return
         with self._lock:
             self._db.execute("DELETE FROM claims WHERE run_id = ? AND owner = ?", (run_id, owner))
 
@@ -277,6 +335,8 @@ class SQLiteStore:
 
     def finish(self, run_id: str, stop_reason: str) -> None:
         with self._lock:
+            if self.read_only:  # a replay of a finished run ends as it was recorded; anything else is refused earlier
+                return
             self._db.execute("UPDATE runs SET stop_reason = ? WHERE run_id = ?", (stop_reason, run_id))
 
     def runs(self) -> list[RunRecord]:
@@ -304,12 +364,155 @@ class SQLiteStore:
         return [QuestionRecord(*row) for row in rows]
 
     def record_answer(self, run_id: str, answer: str) -> None:
-        with self._lock:
+        self._refuse_writing(f"record an answer for run {run_id!r}")
+        with self._lock, self._reading():
             self._db.execute("UPDATE questions SET answer = ? WHERE run_id = ?", (answer, run_id))
 
     def settle(self, run_id: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM questions WHERE run_id = ?", (run_id,))
+
+    def delete(self, run_ids: Iterable[str]) -> list[str]:
+        """Delete runs, with their calls, questions and claims and the runs nested in them (a DSL loop form's),
+        in one transaction; returns every run id deleted. `ConfigurationError`, with nothing deleted, when one
+        is not in the file or is in progress in a live process."""
+        run_ids = list(dict.fromkeys(run_ids))
+        self._refuse_writing("delete runs")
+        with self._lock, self._reading():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                known = [row[0] for row in self._db.execute("SELECT run_id FROM runs ORDER BY created")]
+                missing = set(run_ids).difference(known)
+                if missing:
+                    raise unknown_run(next(run_id for run_id in run_ids if run_id in missing), known, self.path)
+                roots = frozenset(run_ids)
+                doomed = [run_id for run_id in known if _within(run_id, roots)]
+                for run_id, process in self._db.execute("SELECT run_id, process FROM claims").fetchall():
+                    if run_id in doomed and _alive(process):
+                        raise _in_progress(run_id, _describe_process(process), "wait for it to end before deleting it")
+                for table in ("calls", "questions", "claims", "runs"):
+                    self._db.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(run_id,) for run_id in doomed])
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return doomed
+
+    def in_progress(self) -> set[str]:
+        """The runs a live process works on now (their claims)."""
+        with self._lock, self._reading():
+            claims = self._db.execute("SELECT run_id, process FROM claims").fetchall()
+        return {run_id for run_id, process in claims if _alive(process)}
+
+    def compact(self) -> int:
+        """Give the space of deleted runs back to the file system (SQLite's VACUUM, then the write-ahead log
+        folded in and emptied); returns the bytes the store takes now (`size`)."""
+        self._refuse_writing("compact it")
+        with self._lock, self._reading():
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return self.size()
+
+    def size(self) -> int:
+        """The bytes the store takes on disk: the file and its write-ahead log."""
+        return sum(path.stat().st_size for path in (self.path, Path(f"{self.path}-wal")) if path.exists())
+
+    def checkpoint(self) -> None:
+        """Fold the write-ahead log into the file as far as no reader in another process holds it back (SQLite's
+        passive checkpoint): the runs finished so far are then in the file itself, should it be copied alone."""
+        with self._lock:
+            self._checkpoint()
+
+    def close(self) -> None:
+        """Close the file, its write-ahead log folded in first (`checkpoint`; the last connection to the file
+        removes the log too), so that the file alone holds every run. A closed store raises
+        `sqlite3.ProgrammingError` when used; closing it again does nothing."""
+        with self._lock:
+            if not self._closed:
+                self._checkpoint()
+                self._db.close()
+                self._closed = True
+                _left_as_seen(self.path)
+        _OPEN_STORES.discard(self)
+
+    def _checkpoint(self) -> None:
+        if not self.read_only:
+            with contextlib.suppress(*_STORAGE_ERRORS):
+                self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                _left_as_seen(self.path)
+
+    # Opening ----------------------------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        """The file opened to read and write, created when missing; read-only when this process cannot write it."""
+        if self.path.is_file() and not os.access(self.path, os.W_OK):
+            return self._connect_read_only(_why_read_only(self.path, "this process may not write the file"))
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            # Each commit reaches the OS before the call returns: a killed process loses nothing; only a
+            # power cut can lose the last calls, which a resume then makes again.
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(self._SCHEMA)
+        except sqlite3.Error as exc:
+            db.close()
+            if self.path.is_file() and _cannot_write(exc):  # its directory or file system is read-only
+                return self._connect_read_only(_why_read_only(self.path, f"SQLite cannot write beside it: {exc}"))
+            raise
+        return db
+
+    def _connect_read_only(self, why: str | None = None) -> sqlite3.Connection:
+        """The file opened to read only. In WAL mode SQLite reads through two files beside it (-wal, -shm) which
+        it cannot create in a directory it cannot write; there a file with no log pending is read as it is
+        (`immutable`), and one whose last records wait in its log is a `ConfigurationError`."""
+        self.read_only = why or self.read_only
+        if not self.path.is_file():
+            raise ConfigurationError(f"cannot read {str(self.path)!r} as a checkpoint file: it does not exist")
+        uri = self.path.resolve().as_uri()
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.Error as exc:
+            db.close()
+            if not _cannot_write(exc):
+                raise
+        log = Path(f"{self.path}-wal")
+        if log.is_file() and log.stat().st_size > 0:
+            raise ConfigurationError(
+                f"cannot read {str(self.path)!r} where it is: its last records wait in {str(log)!r}, which SQLite "
+                "reads only where it may write beside them; copy both files to a writable directory, or open it "
+                "once with write access (closing it folds them into the file)")
+        return sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False, isolation_level=None)
+
+    def _check_integrity(self) -> None:
+        """SQLite's `quick_check` of the whole file (about 1.5 ms of CPU per MB), unless this process left the file
+        as it is now: a damaged page anywhere, not only in the records a run reads, is found before the run
+        writes into the file, and a process that runs many runs through one file checks it once."""
+        if _unchanged_since_seen(self.path):
+            return
+        problems = [row[0] for row in self._db.execute("PRAGMA quick_check").fetchall()]
+        if problems != ["ok"]:
+            more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+            raise self._damaged(f"{problems[0]}{more}")
+        _left_as_seen(self.path)
+
+    # Helpers --------------------------------------------------------------------------------------------------
+
+    def _refuse_writing(self, action: str) -> None:
+        if self.read_only:
+            raise ConfigurationError(f"cannot {action}: {str(self.path)!r} is read-only here ({self.read_only}); give "
+                                     "a writable copy of it")
+
+    def _unusable(self, exc: sqlite3.Error) -> ConfigurationError:
+        if getattr(exc, "sqlite_errorname", "").startswith("SQLITE_CORRUPT"):
+            return self._damaged(str(exc))
+        return ConfigurationError(f"cannot use {str(self.path)!r} as a checkpoint file: {exc}")
+
+    def _damaged(self, problem: str) -> ConfigurationError:
+        return ConfigurationError(f"cannot use {str(self.path)!r} as a checkpoint file: it is damaged ({problem}); "
+                                  f"restore it from a copy, or give a new file (`sqlite3 {self.path} .recover` may "
+                                  "save its records)")
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[None]:
@@ -318,7 +521,7 @@ class SQLiteStore:
         try:
             yield
         except sqlite3.Error as exc:
-            raise ConfigurationError(f"cannot use {str(self.path)!r} as a checkpoint file: {exc}") from exc
+            raise self._unusable(exc) from exc
 
     def _calls(self, run_id: str) -> list[CallRecord]:
         rows = self._db.execute("SELECT seq, role, digest, nested, payload FROM calls WHERE run_id = ? ORDER BY seq",
@@ -326,17 +529,152 @@ class SQLiteStore:
         return [CallRecord(seq, role, inputs_hash, bool(nested), payload)
                 for seq, role, inputs_hash, nested, payload in rows]
 
-    def close(self) -> None:
-        self._db.close()
+
+# Every SQLiteStore not yet closed: closed when the process exits, so that each file is whole on its own.
+_OPEN_STORES: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+# Each file as this process last left it (device and inode: size and modification time): a file nobody else has
+# changed since is not checked again when a run opens it anew.
+_FILES_SEEN: dict[tuple[int, int], tuple[int, int]] = {}
+_FILES_SEEN_LOCK = threading.Lock()
+
+
+def _stat(path: Path) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino), (found.st_size, found.st_mtime_ns)
+
+
+def _left_as_seen(path: Path) -> None:
+    found = _stat(path)
+    if found is not None:
+        with _FILES_SEEN_LOCK:
+            _FILES_SEEN[found[0]] = found[1]
+
+
+def _unchanged_since_seen(path: Path) -> bool:
+    found = _stat(path)
+    with _FILES_SEEN_LOCK:
+        return found is not None and _FILES_SEEN.get(found[0]) == found[1]
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    for store in list(_OPEN_STORES):
+        with contextlib.suppress(*_STORAGE_ERRORS):
+            store.close()
+
+
+def _why_read_only(path: Path, otherwise: str) -> str:
+    try:
+        on_read_only_system = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        on_read_only_system = False
+    return "its file system is read-only" if on_read_only_system else otherwise
+
+
+def _cannot_write(exc: sqlite3.Error) -> bool:
+    """Whether SQLite failed for want of write access (to the file, the directory beside it, the file system)."""
+    name = getattr(exc, "sqlite_errorname", "")
+    return name.startswith("SQLITE_READONLY") or name in ("SQLITE_CANTOPEN", "SQLITE_PERM")
 
 
 def open_store(checkpoint: str | os.PathLike[str] | CheckpointStore) -> CheckpointStore:
-    """A store from a path (SQLite) or a store object."""
+    """A store from a path (a `SQLiteStore` the caller closes) or a store object (returned as it is)."""
     if isinstance(checkpoint, str | os.PathLike):
         return SQLiteStore(checkpoint)
     if all(hasattr(checkpoint, name) for name in ("begin", "record", "finish")):
         return checkpoint
     raise ConfigurationError(f"checkpoint must be a file path or a checkpoint store, got {checkpoint!r:.100}")
+
+
+@contextlib.contextmanager
+def opened(checkpoint: str | os.PathLike[str] | CheckpointStore) -> Iterator[CheckpointStore]:
+    """The store of `checkpoint` for the time of a `with` block: one opened from a path is closed after it (its
+    file then whole on its own); a store object given is left open, its owner's to close."""
+    store = open_store(checkpoint)
+    try:
+        yield store
+    finally:
+        if store is not checkpoint:
+            store.close()
+
+
+# --- retention: deleting runs, and the file kept compact ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What `delete_runs` or `prune_runs` did: the runs deleted (with the runs nested in them), the runs left
+    because a live process works on them, and the bytes of the file (with its write-ahead log) before and after
+    it was compacted (the same when nothing was deleted, or on a dry run)."""
+
+    deleted: tuple[str, ...]
+    in_progress: tuple[str, ...]
+    bytes_before: int
+    bytes_after: int
+
+
+def delete_runs(checkpoint: str | os.PathLike[str] | SQLiteStore, run_ids: Iterable[str]) -> Removal:
+    """Delete runs from a checkpoint file, each with its calls, its question and the runs nested in it, then
+    compact the file (VACUUM). `ConfigurationError`, with nothing deleted, when a run is not in the file or a
+    live process works on it."""
+    run_ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
+    if not run_ids:
+        raise ConfigurationError("name the runs to delete (`loops runs list FILE` lists them)")
+    with _sqlite_store(checkpoint) as store:
+        before = store.size()
+        deleted = store.delete(run_ids)
+        return Removal(tuple(deleted), (), before, store.compact())
+
+
+def prune_runs(checkpoint: str | os.PathLike[str] | SQLiteStore, *,
+               older_than: float | datetime.timedelta | None = None, status: str | Iterable[str] | None = None,
+               keep_last: int | None = None, dry_run: bool = False) -> Removal:
+    """Delete the runs of a checkpoint file that match every criterion given, then compact it (VACUUM):
+    `older_than` (seconds, or a `timedelta`) the runs started that long ago or longer; `status` the runs that
+    ended with these stop reasons ("unfinished" for those that have not ended); `keep_last` keeps the newest
+    N of the runs the others match (alone: every run but the newest N). A run a live process works on is left
+    (`Removal.in_progress`); a run nested in another (a DSL loop form's) goes with it. `dry_run` deletes
+    nothing and says what would be."""
+    if older_than is None and status is None and keep_last is None:
+        raise ConfigurationError("say which runs to prune: older_than (seconds), status (stop reasons) or keep_last "
+                                 "(the newest runs to keep)")
+    if isinstance(older_than, datetime.timedelta):
+        older_than = older_than.total_seconds()
+    if older_than is not None and (isinstance(older_than, bool) or not isinstance(older_than, int | float)
+                                   or not 0 <= older_than < float("inf")):
+        raise ConfigurationError(f"older_than must be seconds (a number >= 0) or a timedelta, got {older_than!r}")
+    if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0):
+        raise ConfigurationError(f"keep_last must be a whole number >= 0, got {keep_last!r}")
+    statuses = None if status is None else {status} if isinstance(status, str) else set(status)
+    with _sqlite_store(checkpoint) as store:
+        runs = store.runs()  # oldest first
+        known = {run.run_id for run in runs}
+        tops = [run for run in runs if not _nested_in_any(run.run_id, known)]
+        cutoff = None if older_than is None else time.time() - older_than
+        matched = [run for run in tops if (cutoff is None or run.created <= cutoff) and (
+            statuses is None or (run.stop_reason or "unfinished") in statuses)]
+        if keep_last is not None:
+            matched = matched[:max(len(matched) - keep_last, 0)]
+        busy = store.in_progress()
+        left = tuple(run.run_id for run in matched if any(_nested_in(run.run_id, claimed) for claimed in busy))
+        chosen = [run.run_id for run in matched if run.run_id not in left]
+        before = store.size()
+        if dry_run or not chosen:
+            return Removal(tuple(chosen), left, before, before)
+        deleted = store.delete(chosen)
+        return Removal(tuple(deleted), left, before, store.compact())
+
+
+@contextlib.contextmanager
+def _sqlite_store(checkpoint: str | os.PathLike[str] | SQLiteStore) -> Iterator[SQLiteStore]:
+    if not isinstance(checkpoint, str | os.PathLike | SQLiteStore):
+        raise ConfigurationError(f"runs are deleted from a SQLite checkpoint (a file path or a SQLiteStore), not "
+                                 f"{checkpoint!r:.100}")
+    with opened(checkpoint) as store:
+        yield store
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -349,19 +687,26 @@ def stable_hash(value: Any) -> str:
 
 class Replay:
     """A run's record being replayed: hands out the recorded calls in order, then records new ones. It claims
-    the run id when it starts (`release` gives the claim up), and checks that every record can be read."""
+    the run id when it starts (`release` gives the claim up), and checks that every record can be read.
 
-    def __init__(self, store: CheckpointStore, run_id: str, program: str, inputs: str):
-        self.store, self.run_id = store, run_id
+    `checkpoint` is a path, whose store the replay opens and closes when the run ends, or a store object, left
+    open for its owner and checkpointed when the run ends: either way the file then holds the whole run."""
+
+    def __init__(self, checkpoint: str | os.PathLike[str] | CheckpointStore, run_id: str, program: str,
+                 inputs: str):
+        self.store, self.run_id = open_store(checkpoint), run_id
+        self._owns_store = self.store is not checkpoint
         self.owner = uuid.uuid4().hex
-        self.recorded = store.begin(run_id, program, inputs)
-        claim = getattr(store, "claim", None)
-        if claim is not None:
-            claim(run_id, self.owner)
+        self._claimed = False
         try:
+            self.recorded = self.store.begin(run_id, program, inputs)
+            claim = getattr(self.store, "claim", None)
+            if claim is not None:
+                claim(run_id, self.owner)
+                self._claimed = True
             # Every record is read now, once: a damaged one is found before any LM call, not halfway through.
             self._unpacked = {call.seq: unpack(call) for call in self.recorded}
-        except ConfigurationError:
+        except BaseException:
             self.release()
             raise
         self.position = 0
@@ -380,6 +725,11 @@ class Replay:
             while end < len(self.recorded) and self.recorded[end].nested:
                 end += 1
         if end == len(self.recorded) or self.recorded[end].nested != nested:
+            read_only = getattr(self.store, "read_only", None)
+            if read_only:
+                raise ConfigurationError(
+                    f"run {self.run_id!r} goes on past its record ({len(self.recorded)} calls) and would record new "
+                    f"calls, but {str(self.store.path)!r} is read-only here ({read_only}): give a writable copy of it")
             return None
         call = self.recorded[end]
         if (call.role, call.inputs_hash) != (role, inputs_hash):
@@ -448,11 +798,17 @@ class Replay:
         return None
 
     def release(self) -> None:
-        """Give the claim on the run id up (at the end of the run, however it ended)."""
+        """At the end of the run, however it ended: give the claim on the run id up, and close the store (one
+        opened from a path) or checkpoint it (a store object), so that its file alone holds the run."""
         release = getattr(self.store, "release", None)
-        if release is not None:
+        if self._claimed and release is not None:
             with contextlib.suppress(*_STORAGE_ERRORS):  # a stale claim is taken over by the next run anyway
                 release(self.run_id, self.owner)
+            self._claimed = False
+        end = "close" if self._owns_store else "checkpoint"
+        if hasattr(self.store, end):
+            with contextlib.suppress(*_STORAGE_ERRORS):
+                getattr(self.store, end)()
 
 
 @dataclass(frozen=True)
@@ -474,9 +830,19 @@ def unpack(call: CallRecord) -> tuple[Any, ...]:
     return (dspy.Prediction(**result.values) if isinstance(result, _Fields) else result, step, *details)
 
 
-def _in_progress(run_id: str, where: str) -> ConfigurationError:
-    return ConfigurationError(f"run {run_id!r} is in progress {where}: wait for it to end, or give this run "
-                              "another run_id")
+def _in_progress(run_id: str, where: str, fix: str = "wait for it to end, or give this run another run_id"
+                 ) -> ConfigurationError:
+    return ConfigurationError(f"run {run_id!r} is in progress {where}: {fix}")
+
+
+def unknown_run(run_id: str, known: Iterable[str], path: str | os.PathLike[str] | None) -> ConfigurationError:
+    """The error of a run id a checkpoint (the file at `path`) does not hold: the nearest ids it holds, and how
+    to list them all."""
+    nearest = difflib.get_close_matches(run_id, list(known), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(map(repr, nearest))}? " if nearest else ""
+    listing = f"`loops runs list {path}` lists them" if path is not None else "the store's runs() lists them"
+    where = repr(str(path)) if path is not None else "the checkpoint"
+    return ConfigurationError(f"no run {run_id!r} in {where}: {hint}{listing}")
 
 
 def _this_process() -> str:

@@ -14,6 +14,11 @@ each LM call DSPy makes (a DSPy callback), and gives the call up at the deadline
 A person's time is not the run's: while a role answered by a person (`loops.person`) waits for them, no
 deadline fires, and after it every deadline of this context (the run's, those of the runs it runs within,
 a DSL program's clock) moves forward by the wait (`paused`).
+
+What happens in a run reaches its observers (`Observer`: a live display, `--trace`, `loops.tracing`'s
+spans) through one protocol, from every path that does it: the runtime's role calls, retries, limits, pauses
+and replays, the validators' commands, the batch's examples. An observer of this context is given with
+`observing`; one of every context (`loops.tracing.enable()`'s) with `observe_everywhere`.
 """
 
 from __future__ import annotations
@@ -24,14 +29,16 @@ import contextvars
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
 
 from loops.errors import DeadlinePassed, RequestRefused
 
-__all__ = ["RUN_AWARE", "DeadlinePassed", "Observer", "RequestRefused", "before_request", "current_run", "deadline",
-           "given_up", "observers", "observing", "on_pause", "paused", "run_aware", "running", "time_left",
-           "within_deadline"]
+__all__ = ["RUN_AWARE", "CallInfo", "CommandInfo", "DeadlinePassed", "ExampleInfo", "Observer", "RequestRefused",
+           "RunInfo", "before_request", "current_run", "deadline", "given_up", "notify", "observe_everywhere",
+           "observers", "observing", "on_pause", "paused", "run_aware", "running", "scopes", "stop_observing",
+           "time_left", "within_deadline"]
 
 # The attribute (on an LM or its engine) saying that its engine asks `before_request` before every request it
 # sends and ends every wait at the run's deadline by itself.
@@ -39,15 +46,115 @@ RUN_AWARE = "loops_run_aware"
 _T = TypeVar("_T")
 
 
+@dataclass(frozen=True, eq=False)
+class RunInfo:
+    """A loop run, as its observers know it: `pattern` (the loop's class), its checkpoint's `run_id` and file
+    (`checkpoint`) when it has one, how many calls that record already held when the run started
+    (`recorded_calls`: a resumed run replays them), whether it runs within another run (`nested`: a DSL loop
+    form's), and its limits (`budget`)."""
+
+    pattern: str
+    run_id: str | None = None
+    checkpoint: str | None = None
+    recorded_calls: int = 0
+    nested: bool = False
+    budget: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class CallInfo:
+    """One role call of a run: the role, the iteration, what answers it (`kind`: an LLM role, a phase of the
+    user's code, a person) and, for an LLM role, the model its LM names."""
+
+    run: RunInfo
+    role: str
+    iteration: int
+    kind: Literal["llm", "phase", "human"]
+    model: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class CommandInfo:
+    """A command a validator runs (a test command, the DSL's shell tool), in the directory `cwd`."""
+
+    command: str
+    cwd: str
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class ExampleInfo:
+    """One example of a batch (`loops.batch`): its id, the backend that runs it, and `origin`, what the batch's
+    caller was inside when it started it (a propagation carrier, `loops.tracing.carrier`; empty for none)."""
+
+    key: str
+    backend: str
+    origin: Mapping[str, str] = field(default_factory=dict)
+
+
 class Observer(Protocol):
-    """Receives a run's progress, e.g. to draw a live display. Both methods are optional."""
+    """Receives what happens in a run, e.g. to draw a live display or to emit trace spans. Every method is
+    optional; each event comes from the one place every path goes through, so an observer sees them all.
+
+    A run: `run_started(run)`, then its calls, then `run_finished(run, result, error)` (`result` the run's
+    prediction, None when it raised `error` before it had one), whatever way it ended. A call:
+    `role_started(role, iteration)` (the short form a display needs) and `call_started(call)`; an
+    `attempt_failed(call, attempt, error, action)` for each attempt that failed (`action`: "reparse" and
+    "retry" ask again, any other ends the call, see `loops.runtime.failure_action`); `step_finished(step)`
+    with the call's trace step; then `call_finished(call, step, error)`, whatever way it ended (`step` None
+    when it recorded none: a limit refused it, it paused for a person). Each LM request the run lets through
+    (`before_request`): `request_sent(run)`, in the thread or task that sends it; its answer, there too:
+    `lm_answered(call_id, model, usage)` (`call_id` is DSPy's id of the LM call, `usage` its token counts).
+    A call answered from the checkpoint's record instead: `step_finished(step)` (`step.replayed` set) and
+    `call_replayed(run, step, nested)`. A limit that stopped the run: `limit_reached(run, limit)`; a pause for
+    a person: `paused(run, question)`; a resumed run taking the answer it paused for: `resumed(run, role)`. A
+    validator's command: `command_started(command)`, `command_finished(command, result, error)`. A batch's
+    example: `example_started(example)`, `example_finished(example, record, error)`.
+
+    `scope(what)`, given a `RunInfo`, `CallInfo` or `ExampleInfo`, returns a context manager that the
+    runtime holds open while that run, call or example does its work, in the thread or task doing it (e.g.
+    to make its trace span the current one), or None."""
+
+    def run_started(self, run: RunInfo) -> None: ...
+
+    def run_finished(self, run: RunInfo, result: Any, error: BaseException | None) -> None: ...
 
     def role_started(self, role: str, iteration: int) -> None: ...
 
+    def call_started(self, call: CallInfo) -> None: ...
+
+    def attempt_failed(self, call: CallInfo, attempt: int, error: BaseException, action: str) -> None: ...
+
     def step_finished(self, step: Any) -> None: ...
+
+    def call_finished(self, call: CallInfo, step: Any, error: BaseException | None) -> None: ...
+
+    def request_sent(self, run: RunInfo) -> None: ...
+
+    def lm_answered(self, call_id: str | None, model: str, usage: Mapping[str, Any]) -> None: ...
+
+    def call_replayed(self, run: RunInfo, step: Any, nested: bool) -> None: ...
+
+    def limit_reached(self, run: RunInfo, limit: BaseException) -> None: ...
+
+    def paused(self, run: RunInfo, question: Any) -> None: ...
+
+    def resumed(self, run: RunInfo, role: str) -> None: ...
+
+    def command_started(self, command: CommandInfo) -> None: ...
+
+    def command_finished(self, command: CommandInfo, result: Any, error: BaseException | None) -> None: ...
+
+    def example_started(self, example: ExampleInfo) -> None: ...
+
+    def example_finished(self, example: ExampleInfo, record: Any, error: BaseException | None) -> None: ...
+
+    def scope(self, what: RunInfo | CallInfo | ExampleInfo) -> contextlib.AbstractContextManager | None: ...
 
 
 _observers: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar("loops_observers", default=())
+_everywhere: tuple[Observer, ...] = ()  # observers of every context (observe_everywhere)
+_everywhere_lock = threading.Lock()
 _current_run: contextvars.ContextVar[Any] = contextvars.ContextVar("loops_current_run", default=None)
 
 
@@ -79,9 +186,66 @@ def observing(observer: Observer) -> Iterator[Observer]:
         _observers.reset(token)
 
 
+def observe_everywhere(observer: Observer) -> None:
+    """Report the progress of every loop run, in every thread and task, to `observer` (until
+    `stop_observing`): what `loops.tracing.enable()` does."""
+    global _everywhere
+    with _everywhere_lock:
+        if observer not in _everywhere:
+            _everywhere = (*_everywhere, observer)
+
+
+def stop_observing(observer: Observer) -> None:
+    """Undo `observe_everywhere(observer)`."""
+    global _everywhere
+    with _everywhere_lock:
+        _everywhere = tuple(known for known in _everywhere if known is not observer)
+
+
 def observers() -> tuple[Observer, ...]:
-    """The observers of this context, innermost last."""
-    return _observers.get()
+    """The observers of this context: those of every context first, then this context's, innermost last."""
+    scoped = _observers.get()
+    return (*_everywhere, *scoped) if _everywhere else scoped
+
+
+def notify(event: str, *args: Any, to: tuple[Observer, ...] | None = None) -> None:
+    """Tell `event(*args)` to the observers of this context (or to those given) that have a method for it."""
+    for observer in observers() if to is None else to:
+        handler = getattr(observer, event, None)
+        if handler is not None:
+            handler(*args)
+
+
+def scopes(what: Any, to: tuple[Observer, ...] | None = None) -> contextlib.AbstractContextManager:
+    """The `scope(what)` of each observer (of this context, or those given) that has one, to hold open in this
+    thread or task for the duration of a block."""
+    entered = []
+    for observer in observers() if to is None else to:
+        opener = getattr(observer, "scope", None)
+        scope = None if opener is None else opener(what)
+        if scope is not None:
+            entered.append(scope)
+    if len(entered) < 2:
+        return entered[0] if entered else contextlib.nullcontext()
+    return _AllOf(entered)
+
+
+class _AllOf(contextlib.ExitStack):
+    """Several scopes held open together: entered in order, left in the reverse order."""
+
+    def __init__(self, scopes: list[contextlib.AbstractContextManager]):
+        super().__init__()
+        self._scopes = scopes
+
+    def __enter__(self) -> _AllOf:
+        super().__enter__()
+        try:
+            for scope in self._scopes:
+                self.enter_context(scope)
+        except BaseException:
+            self.close()
+            raise
+        return self
 
 
 def current_run() -> Any:

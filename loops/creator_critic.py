@@ -39,7 +39,16 @@ from loops.budget import Budget
 from loops.checks import Check, CheckReport, as_checks, checks_of_call, stated_rules
 from loops.choices import JUDGES
 from loops.code.draws import Draw, checked_draws
-from loops.contracts import CREATOR_CRITIC, UNJUDGED, Verdict, attempt_rank, checked_threshold, judge
+from loops.contracts import (
+    CREATOR_CRITIC,
+    CREATOR_CRITIC_INPUTS,
+    MISSING,
+    UNJUDGED,
+    Verdict,
+    attempt_rank,
+    checked_threshold,
+    judge,
+)
 from loops.errors import ConfigurationError, ContractError
 from loops.junk import is_junk
 from loops.module import LoopModule
@@ -118,6 +127,7 @@ class CreatorCriticIterator(LoopModule):
     """
 
     contracts = CREATOR_CRITIC
+    input_contract = CREATOR_CRITIC_INPUTS
     aliases = {"final_draft": "final", "approved": "success"}
 
     def __init__(self, max_iterations: int | None = None, creator: Any = None, critic: Any = None,
@@ -147,25 +157,26 @@ class CreatorCriticIterator(LoopModule):
             ("iterator", iterator, lambda: dspy.Predict(IteratorSignature)),
         ) if (role != "critic" or critic != "checks") and self._set_phase(role, phase, builtin))
 
-    def forward(self, requirements: Any, context: Any = "", checks: Any = None, **limits: Any) -> dspy.Prediction:
-        checks = self._check_inputs(requirements, context, checks)
-        return self._forward(limits, requirements=requirements, context=context, checks=checks)
+    def forward(self, requirements: Any = MISSING, context: Any = "", checks: Any = None,
+                **limits: Any) -> dspy.Prediction:
+        inputs = self._checked_inputs(limits, {"requirements": requirements, "context": context, "checks": checks})
+        return self._forward(limits, **{**inputs, "checks": self._run_checks(inputs["checks"])})
 
-    async def aforward(self, requirements: Any, context: Any = "", checks: Any = None,
+    async def aforward(self, requirements: Any = MISSING, context: Any = "", checks: Any = None,
                        **limits: Any) -> dspy.Prediction:
-        checks = self._check_inputs(requirements, context, checks)
-        return await self._aforward(limits, requirements=requirements, context=context, checks=checks)
+        inputs = self._checked_inputs(limits, {"requirements": requirements, "context": context, "checks": checks})
+        return await self._aforward(limits, **{**inputs, "checks": self._run_checks(inputs["checks"])})
 
-    def _check_inputs(self, requirements: Any, context: Any, checks: Any) -> tuple[Check, ...]:
-        """The built-in roles read text; custom phases take whatever their caller passes, but not None. The
-        run's checks: the module's, then the call's."""
-        text = bool(self._builtin)
-        if requirements is None or (text and not (isinstance(requirements, str) and requirements.strip())):
-            raise ConfigurationError(f"requirements must be a non-empty str, got {requirements!r:.100}")
-        if context is None or (text and not isinstance(context, str)):
-            raise ConfigurationError(f"context must be a str (it may be empty), got {context!r:.100}")
+    def _check_inputs(self, requirements: Any, context: Any, checks: Any) -> None:
+        self._run_checks(checks)  # a check that cannot be read is said before any LM call (a batch's example's too)
+
+    def _run_checks(self, checks: Any) -> tuple[Check, ...]:
+        """The run's checks: the module's, then the call's."""
         return checks_of_call(self.checks, checks,
                               alone=self._critic == "checks" and "critic='checks' approves a draft")
+
+    def _builtin_phases(self) -> frozenset[str]:
+        return self._builtin
 
     def settings(self, checks: bool | None = None) -> dict[str, Any]:
         """How a run started now writes and judges: plain text, worked examples, the cap, candidates per

@@ -34,6 +34,8 @@ from loops.checks import Check, as_checks, checks_of_call, stated_rules
 from loops.choices import JUDGES
 from loops.contracts import (
     DIRECTOR,
+    DIRECTOR_INPUTS,
+    MISSING,
     UNJUDGED,
     attempt_rank,
     checked_threshold,
@@ -97,6 +99,7 @@ class DirectorExecutorEvaluatorController(LoopModule):
     """
 
     contracts = DIRECTOR
+    input_contract = DIRECTOR_INPUTS
 
     def __init__(self, max_iterations: int | None = None, director: Any = None, executor: Any = None,
                  evaluator: Any = None, controller: Any = None, *, checks: Any = None, plain_text: bool | None = None,
@@ -121,19 +124,24 @@ class DirectorExecutorEvaluatorController(LoopModule):
             ("controller", controller, lambda: dspy.Predict(LoopControllerSignature)),
         ) if (role != "evaluator" or evaluator != "checks") and self._set_phase(role, phase, builtin))
 
-    def forward(self, initial_input: Any, checks: Any = None, **limits: Any) -> dspy.Prediction:
-        checks = self._check_input(initial_input, checks)
-        return self._forward(limits, initial_input=initial_input, checks=checks)
+    def forward(self, initial_input: Any = MISSING, checks: Any = None, **limits: Any) -> dspy.Prediction:
+        inputs = self._checked_inputs(limits, {"initial_input": initial_input, "checks": checks})
+        return self._forward(limits, **{**inputs, "checks": self._run_checks(inputs["checks"])})
 
-    async def aforward(self, initial_input: Any, checks: Any = None, **limits: Any) -> dspy.Prediction:
-        checks = self._check_input(initial_input, checks)
-        return await self._aforward(limits, initial_input=initial_input, checks=checks)
+    async def aforward(self, initial_input: Any = MISSING, checks: Any = None, **limits: Any) -> dspy.Prediction:
+        inputs = self._checked_inputs(limits, {"initial_input": initial_input, "checks": checks})
+        return await self._aforward(limits, **{**inputs, "checks": self._run_checks(inputs["checks"])})
 
-    def _check_input(self, initial_input: Any, checks: Any) -> tuple[Check, ...]:
-        if initial_input is None or ("director" in self._builtin and not _text(initial_input).strip()):
-            raise ConfigurationError(f"initial_input must be a goal (a non-empty value), got {initial_input!r:.100}")
+    def _check_inputs(self, initial_input: Any, checks: Any) -> None:
+        self._run_checks(checks)  # a check that cannot be read is said before any LM call (a batch's example's too)
+
+    def _run_checks(self, checks: Any) -> tuple[Check, ...]:
+        """The run's checks: the module's, then the call's."""
         return checks_of_call(self.checks, checks,
                               alone=self._evaluator == "checks" and "evaluator='checks' passes a result")
+
+    def _builtin_phases(self) -> frozenset[str]:
+        return self._builtin
 
     def settings(self, checks: bool | None = None) -> dict[str, Any]:
         """How the built-in executor writes in a run started now, and who passes a result (`evaluator`:

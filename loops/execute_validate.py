@@ -29,7 +29,15 @@ from loops.code.defaults import POLICIES, Policy, code_loop_defaults
 from loops.code.draws import Draw, checked_draws, draws
 from loops.code.python import align_names, extract_code, failure_digest, module_the_tests_import, read_interface
 from loops.code.requests import code_request, next_request
-from loops.contracts import EXECUTE_VALIDATE, as_validation, decision, files_of, outcome_passed
+from loops.contracts import (
+    EXECUTE_VALIDATE,
+    EXECUTE_VALIDATE_INPUTS,
+    MISSING,
+    as_validation,
+    decision,
+    files_of,
+    outcome_passed,
+)
 from loops.errors import ConfigurationError, RoleFailed
 from loops.module import LoopModule
 from loops.runtime import RoleCalls, Run, predictor_of
@@ -134,6 +142,7 @@ class ExecuteValidateController(LoopModule):
     """
 
     contracts = EXECUTE_VALIDATE
+    input_contract = EXECUTE_VALIDATE_INPUTS
 
     def __init__(
         self,
@@ -193,13 +202,14 @@ class ExecuteValidateController(LoopModule):
             self.contracts["validator"].check(validator)
         self.validator = validator
 
-    def forward(self, initial_input: Any, test_command: str, **limits: Any) -> dspy.Prediction:
-        self._check_inputs(initial_input, test_command)
-        return self._forward(limits, initial_input=initial_input, test_command=test_command)
+    def forward(self, initial_input: Any = MISSING, test_command: Any = MISSING, **limits: Any) -> dspy.Prediction:
+        inputs = {"initial_input": initial_input, "test_command": test_command}
+        return self._forward(limits, **self._checked_inputs(limits, inputs))
 
-    async def aforward(self, initial_input: Any, test_command: str, **limits: Any) -> dspy.Prediction:
-        self._check_inputs(initial_input, test_command)
-        return await self._aforward(limits, initial_input=initial_input, test_command=test_command)
+    async def aforward(self, initial_input: Any = MISSING, test_command: Any = MISSING,
+                       **limits: Any) -> dspy.Prediction:
+        inputs = {"initial_input": initial_input, "test_command": test_command}
+        return await self._aforward(limits, **self._checked_inputs(limits, inputs))
 
     def settings(self) -> dict[str, Any]:
         """The policy, samples per iteration, worked examples, penalty variants and analyst use a run
@@ -248,11 +258,13 @@ class ExecuteValidateController(LoopModule):
         predictor, _ = predictor_of(getattr(self, role, None))
         return predictor.lm if predictor is not None and predictor.lm is not None else dspy.settings.lm
 
+    def _builtin_phases(self) -> frozenset[str]:
+        return frozenset(role for role, builtin in (("executor", self._builtin_executor),
+                                                    ("validator", self.validator is None)) if builtin)
+
     def _check_inputs(self, initial_input: Any, test_command: Any) -> None:
-        """A developer's mistake raises here, before any LM call: a missing input, an executable that
-        does not exist, a target file outside the workspace."""
-        if initial_input is None:
-            raise ConfigurationError("initial_input is None: give the task (a str, or a dict with a 'prompt' str)")
+        """Inputs that fit the contract, before any LM call: an executable that does not exist, a target file
+        outside the workspace, a task dict the built-in executor cannot read."""
         if self._builtin_executor:
             target = code_request(initial_input).target_file or self.target_file or DEFAULT_TARGET_FILE
             try:

@@ -16,8 +16,8 @@ import dspy
 
 from loops import context
 from loops.budget import Budget, RetryPolicy
-from loops.checkpoint import CheckpointStore, Replay, open_store, stable_hash
-from loops.contracts import PhaseContract
+from loops.checkpoint import CheckpointStore, Replay, stable_hash
+from loops.contracts import MISSING, InputContract, PhaseContract, not_text
 from loops.errors import ConfigurationError
 from loops.lm import resolve
 from loops.person import Human, nobody_to_answer
@@ -30,9 +30,10 @@ __all__ = ["LoopModule"]
 class LoopModule(dspy.Module):
     """A `dspy.Module` whose `forward` and `aforward` drive one loop, `_loop`, written once.
 
-    Subclasses set `contracts` (their pluggable phases, `loops.contracts`) and `aliases` (extra names
-    for result fields, e.g. `final_draft` for `final`), define `_loop(self, run, **inputs)` (a
-    generator; see `loops.runtime`) and call `self._forward(...)` / `self._aforward(...)`.
+    Subclasses set `contracts` (their pluggable phases, `loops.contracts`), `input_contract` (what a call
+    takes) and `aliases` (extra names for result fields, e.g. `final_draft` for `final`), define
+    `_loop(self, run, **inputs)` (a generator; see `loops.runtime`) and call `self._forward(...)` /
+    `self._aforward(...)` with the call's inputs checked by `self._checked_inputs(limits, inputs)`.
 
     Every prediction has `final`, `success`, `best_attempt`, `iterations` (1-based: the number of
     iterations run), `stop_reason`, `warnings`, `trace`, `histories`, `lm_calls` (the LM requests this
@@ -43,6 +44,7 @@ class LoopModule(dspy.Module):
     """
 
     contracts: Mapping[str, PhaseContract] = {}
+    input_contract: InputContract = InputContract()
     aliases: Mapping[str, str] = {}
     _arguments: dict[str, Any]
 
@@ -122,6 +124,50 @@ class LoopModule(dspy.Module):
         self.contracts[role].check(phase)
         setattr(self, role, phase)
         return False
+
+    def input_problems(self, inputs: Mapping[str, Any]) -> list[str]:
+        """Every reason this program would refuse to run on `inputs` (data: an example of a batch), each a sentence
+        saying what to fix; [] when there is none. First its `input_contract` (an input missing, of the wrong kind,
+        not UTF-8 text, a name it does not take, a limit: data hold inputs only), then what only the program can
+        tell (`_check_inputs`: a test command's executable, a target file outside the workspace). No LM is called;
+        `loops.batch` asks this of every example before any runs."""
+        problems = self.input_contract.problems(inputs, self._builtin_phases(), self._call_options(),
+                                                inputs_only=True)
+        if not problems:
+            try:
+                self._check_inputs(**self._with_defaults(inputs))
+            except ConfigurationError as error:
+                problems.append(str(error))
+        return problems
+
+    def _checked_inputs(self, limits: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+        """A call's inputs, its defaults filled in, once they fit `input_contract` with its options (`limits`) and
+        `_check_inputs` finds nothing wrong: else a `ConfigurationError` (every problem the contract finds, listed),
+        before any LM call."""
+        given = {name: value for name, value in inputs.items() if value is not MISSING}
+        problems = self.input_contract.problems({**given, **limits}, self._builtin_phases(), self._call_options())
+        if problems:
+            raise ConfigurationError("; ".join(problems))
+        given = self._with_defaults(given)
+        self._check_inputs(**given)
+        return given
+
+    def _with_defaults(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        defaults = {name: spec.default for name, spec in self.input_contract.inputs.items()}
+        return {**defaults, **{name: value for name, value in inputs.items() if name in defaults
+                               or self.input_contract.open}}
+
+    def _check_inputs(self, **inputs: Any) -> None:
+        """What only this program can tell of inputs that fit its contract; raises `ConfigurationError`."""
+
+    def _builtin_phases(self) -> frozenset[str]:
+        """The phases of this program that are the built-in ones (which read their inputs as the contract says)."""
+        return frozenset(self._llm_roles)
+
+    def _call_options(self) -> tuple[str, ...]:
+        """The names a call takes beside its inputs: each limit of its budget, or a whole budget, and where it
+        is recorded."""
+        return (*(field.name for field in dataclasses.fields(Budget)), "budget", "checkpoint", "run_id")
 
     def _forward(self, limits: dict[str, Any], **inputs: Any) -> dspy.Prediction:
         run = self._run(limits, inputs)
@@ -239,11 +285,15 @@ class LoopModule(dspy.Module):
             self._check_people_can_answer()
         replay = None
         if run_id is not None:
+            if not isinstance(run_id, str) or not run_id.strip() or not_text(run_id):
+                why = not_text(run_id) if isinstance(run_id, str) else None
+                raise ConfigurationError(f"run_id must be a non-empty str of UTF-8 text, got {run_id!r:.100}"
+                                         + (f" (it holds {why})" if why else ""))
             if store is None:
                 raise ConfigurationError(f"run_id={run_id!r} needs a checkpoint: pass checkpoint='runs.db' (or a "
                                          "store) to the module or the call")
             # Last: it claims the run id, which the run gives up when it ends (`Run.active`).
-            replay = Replay(open_store(store), run_id, self.fingerprint(), stable_hash(inputs))
+            replay = Replay(store, run_id, self.fingerprint(), stable_hash(inputs))
         return Run(
             module=self,
             budget=budget,

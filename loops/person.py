@@ -44,7 +44,7 @@ import dspy
 from dspy.adapters.utils import parse_value
 from pydantic import BaseModel
 
-from loops.checkpoint import CheckpointStore, QuestionRecord, open_store
+from loops.checkpoint import CheckpointStore, QuestionRecord, opened, unknown_run
 from loops.contracts import PhaseContract
 from loops.errors import AnswerError, AwaitingInput, ConfigurationError
 from loops.signatures.creator_critic import CRITERIA
@@ -409,23 +409,42 @@ def _pending(store: CheckpointStore, run_id: str) -> QuestionRecord | None:
 
 def pending_question(checkpoint: str | os.PathLike[str] | CheckpointStore, run_id: str) -> Question | None:
     """The question the paused run `run_id` of `checkpoint` waits on (None when it waits on none)."""
-    record = _pending(open_store(checkpoint), run_id)
+    with opened(checkpoint) as store:
+        record = _pending(store, run_id)
     return None if record is None else record.unpack()
 
 
-def answer(checkpoint: str | os.PathLike[str] | CheckpointStore, run_id: str, /, **values: Any) -> dict[str, Any]:
+def answer(checkpoint: str | os.PathLike[str] | CheckpointStore, run_id: str, /, *, replace: bool = False,
+           **values: Any) -> dict[str, Any]:
     """Record a person's answer to the question the paused run `run_id` waits on (values as Python values or as
     text, e.g. `approved="true"`); returns the answer as recorded. Resuming the run (the same call with
     `run_id`) gives it to the role. `AnswerError` names every field and its type when the answer does not fit;
-    `ConfigurationError` when the run waits on no question."""
-    store = open_store(checkpoint)
-    record = _pending(store, run_id)
-    if record is None:
-        raise ConfigurationError(f"run {run_id!r} waits on no person's answer in {_where(store)}: `loops runs list` "
-                                 "shows each run and how it ended")
-    recorded = record.unpack().answer_from(values)
-    store.record_answer(record.run_id, json.dumps(recorded))
+    `ConfigurationError` when the run is not in the checkpoint or waits on no question, and when its question
+    has an answer already and `replace` is not true (a person's answer is not overwritten unawares)."""
+    with opened(checkpoint) as store:
+        record = _pending(store, run_id)
+        if record is None:
+            raise _waits_on_nothing(store, run_id)
+        question = record.unpack()
+        if record.answer is not None and not replace:
+            earlier = ", ".join(f"{name}={value!r}" for name, value in json.loads(record.answer).items())
+            raise ConfigurationError(
+                f"run {run_id!r} already has an answer to the {question.role}'s question ({earlier}), which resuming "
+                "it will use: to record this one instead, answer with --replace (`loops runs answer`) or replace=True "
+                "(`loops.answer`)")
+        recorded = question.answer_from(values)
+        store.record_answer(record.run_id, json.dumps(recorded))
     return recorded
+
+
+def _waits_on_nothing(store: CheckpointStore, run_id: str) -> ConfigurationError:
+    """Why `run_id` has no question to answer: it is not in the checkpoint, or it ended (or waits) otherwise."""
+    runs = {run.run_id: run for run in store.runs()}
+    if run_id not in runs:
+        return unknown_run(run_id, runs, getattr(store, "path", None))
+    ended = runs[run_id].stop_reason
+    how = f"it ended with stop reason {ended}" if ended else "it has not ended (it may be running)"
+    return ConfigurationError(f"run {run_id!r} waits on no person's answer in {_where(store)}: {how}")
 
 
 def _where(store: CheckpointStore) -> str:

@@ -31,7 +31,7 @@ from loops.budget import Budget
 from loops.checkpoint import stable_hash
 from loops.checks import Check, as_checks, checks_of_call, stated_rules
 from loops.code.draws import Draw
-from loops.contracts import CREATOR_CRITIC, Verdict, attempt_rank, checked_threshold, contracts, judge
+from loops.contracts import CREATOR_CRITIC, InputContract, Verdict, attempt_rank, checked_threshold, contracts, judge
 from loops.errors import ConfigurationError, RoleFailed
 from loops.module import LoopModule
 from loops.runtime import RoleCalls, Run, predictor_of
@@ -44,7 +44,6 @@ REFINE = contracts(critic=(CREATOR_CRITIC["critic"].params, CREATOR_CRITIC["crit
 """Refine's pluggable phase: a critic of the judged field's value (`draft`), given the program's inputs as text
 (`requirements`), as the Creator–Critic–Iterator's critic is."""
 
-_LIMITS = frozenset({field.name for field in dataclasses.fields(Budget)} | {"budget", "checkpoint", "run_id"})
 _HINT = dspy.InputField(desc="A hint to the module from an earlier run")
 
 
@@ -67,6 +66,7 @@ class Refine(LoopModule):
     """
 
     contracts = REFINE
+    input_contract = InputContract(open=True)  # the program's inputs, whatever their names
 
     def __init__(self, program: Any, field: str | None = None, *, checks: Any = None,
                  reward_fn: Callable[[dict[str, Any], dspy.Prediction], float] | None = None,
@@ -135,13 +135,15 @@ class Refine(LoopModule):
         return await self._aforward(limits, inputs=inputs, checks=checks)
 
     def _split(self, given: dict[str, Any], checks: Any) -> tuple[dict[str, Any], dict[str, Any], tuple[Check, ...]]:
-        """The call's budget options, the program's inputs, and the run's checks (the loop's, then the call's)."""
-        limits = {name: value for name, value in given.items() if name in _LIMITS}
-        inputs = {name: value for name, value in given.items() if name not in _LIMITS}
+        """The call's budget options, the program's inputs (checked: `input_contract`), and the run's checks (the
+        loop's, then the call's)."""
+        options = self._call_options()
+        limits = {name: value for name, value in given.items() if name in options}
+        inputs = {name: value for name, value in given.items() if name not in options}
         if not inputs:
             raise ConfigurationError(f"give the program's inputs by keyword, as to the program itself (e.g. "
                                      f"{type(self).__name__}(...)(question=...)); got none")
-        return limits, inputs, checks_of_call(self.checks, checks)
+        return limits, self._checked_inputs(limits, inputs), checks_of_call(self.checks, checks)
 
     def _roles_that_may_run(self, budget: Budget) -> list[str]:
         # The feedback role advises only between iterations.

@@ -86,7 +86,8 @@ STOP_REASONS: Mapping[str, str] = {
     "no_progress": "every candidate of an iteration repeated code already tried (Execute–Validate)",
     "max_iterations": "the iteration budget ran out",
     "timeout": "the run's wall-clock budget (timeout_s) ran out",
-    "context_limit": "the role histories reached max_context_chars",
+    "context_limit": "the role histories reached max_context_chars, or a prompt would not fit the model's context "
+                     "window (the embedded model's, counted before it is sent)",
     "lm_calls": "the LM request budget (max_lm_calls) ran out",
     "tokens": "the token budget (max_tokens, input plus output as the LMs report them) ran out",
     "cost": "the cost budget (max_cost_usd) ran out",
@@ -154,7 +155,8 @@ class Step:
     `lm_calls` are the LM requests the call sent, `cached` the LM calls DSPy's cache answered instead,
     `tokens` and `cost_usd` what its requests used; `replayed` marks a step answered from a checkpoint's
     record, whose counts are those of the process that recorded it; `human` a person's answer
-    (`loops.person`), whose `seconds` are the person's."""
+    (`loops.person`), whose `seconds` are the person's; `started_at` when the call started (seconds since the
+    epoch, `time.time()`; a replayed step keeps the time it first ran), from which a run's timeline is drawn."""
 
     role: str
     iteration: int
@@ -170,6 +172,7 @@ class Step:
     cost_usd: float | None = None
     replayed: bool = False
     human: bool = False
+    started_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (values JSON cannot hold are rendered as text)."""
@@ -237,6 +240,7 @@ class _Invoke:
     deadline: float | None = None
     llm: bool = False  # an LLM role's call
     run_aware: bool = False  # its LM's engine asks the run before each request and stops at the deadline itself
+    observed: tuple[context.CallInfo, tuple[Any, ...]] | None = None  # the call and its run's observers
 
     def _context(self) -> contextlib.AbstractContextManager:
         """The adapter, and DSPy's callbacks with the run's gate first, unless the call's LM asks the run
@@ -246,6 +250,13 @@ class _Invoke:
             callbacks.insert(0, _GATE)
         adapter = {} if self.adapter is None else {"adapter": self.adapter}
         return dspy.context(callbacks=callbacks, **adapter)
+
+    def _scopes(self) -> contextlib.AbstractContextManager:
+        """What the call's observers hold open while its work runs, in the thread or task that runs it."""
+        if self.observed is None:
+            return contextlib.nullcontext()
+        call, observers = self.observed
+        return context.scopes(call, to=observers)
 
     def perform(self) -> Any:
         try:
@@ -259,7 +270,7 @@ class _Invoke:
             raise refused.limit from None
 
     def _perform(self) -> Any:
-        with self._context():
+        with self._context(), self._scopes():
             result = self.target(*self.args, **self.kwargs)
             if inspect.isawaitable(result):
                 result = _run_coroutine(result)
@@ -281,7 +292,7 @@ class _Invoke:
             raise refused.limit from None
 
     async def _acall(self) -> Any:
-        with self._context():
+        with self._context(), self._scopes():
             if isinstance(self.target, dspy.Module) and hasattr(self.target, "aforward"):
                 result = await self.target.acall(*self.args, **self.kwargs)
             elif inspect.iscoroutinefunction(self.target):
@@ -361,8 +372,9 @@ class _UsageLog(UsageTracker):
     the tokens they report and, when `priced`, what they cost; and which LM calls it heard from (DSPy
     reports no usage for an answer from its cache)."""
 
-    def __init__(self, priced: bool = False) -> None:
+    def __init__(self, priced: bool = False, observers: tuple[Any, ...] = ()) -> None:
         super().__init__()
+        self.observers = observers  # told of every answer (`lm_answered`)
         self.entries: list[dict[str, Any]] = []
         self.tokens = 0
         self.cost_usd: float | None = 0.0 if priced else None
@@ -370,10 +382,13 @@ class _UsageLog(UsageTracker):
         self.answered: set[str | None] = set()  # DSPy's ids of the LM calls (callbacks) that reported usage
 
     def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
-        self.answered.add(ACTIVE_CALL_ID.get())
+        call_id = ACTIVE_CALL_ID.get()
+        self.answered.add(call_id)
         super().add_usage(lm, usage_entry)
         if not usage_entry:
             return
+        if self.observers:
+            context.notify("lm_answered", call_id, lm, usage_entry, to=self.observers)
         self.entries.append(usage_entry)
         self.tokens += int(usage_entry.get("prompt_tokens") or 0) + int(usage_entry.get("completion_tokens") or 0)
         if self.cost_usd is not None:
@@ -439,12 +454,13 @@ def failure_action(error: BaseException, *, llm: bool, attempts: int, parse_fail
 class _Tally:
     """What one role call has used so far: attempts, and where the run's counts stood before it."""
 
-    def __init__(self, run: Run, role: str, inputs: dict[str, Any]):
-        self.run, self.role, self.inputs = run, role, inputs
-        self.started = run.clock()
+    def __init__(self, run: Run, role: str, inputs: dict[str, Any], call: context.CallInfo | None = None):
+        self.run, self.role, self.inputs, self.call = run, role, inputs, call
+        self.started, self.started_at = run.clock(), time.time()
         self.entries_before, self.calls_before, self.cached_before = len(run.usage.entries), run.lm_calls, run.cached
         self.cost_before = run.usage.cost_usd
         self.attempts = self.parse_failures = 0
+        self.failed: Step | None = None  # the call's step, when it failed for good
 
     def requests(self) -> int:
         """LM requests sent by this call so far (those of the role calls nested in it included)."""
@@ -457,11 +473,12 @@ class _Tally:
         cost = None if run.usage.cost_usd is None else run.usage.cost_usd - (self.cost_before or 0.0)
         return Step(self.role, run.iteration, self.inputs, outputs, run.clock() - self.started, self.attempts,
                     self.requests(), _tokens(entries) if entries else None, error,
-                    cached=run.cached - self.cached_before, cost_usd=cost)
+                    cached=run.cached - self.cached_before, cost_usd=cost, started_at=self.started_at)
 
     def fail(self, error: str) -> None:
         """Record the call as a failed step."""
-        self.run._record(self.step(None, error))
+        self.failed = self.step(None, error)
+        self.run._record(self.failed)
 
 
 @dataclass
@@ -497,7 +514,10 @@ class Run:
         self.current: dict[str, Any] = {}
         self.error: BaseException | None = None
         self.question: person.Question | None = None  # what the run paused on ("awaiting_input")
-        self.usage = _UsageLog(priced=self.budget.max_cost_usd is not None)
+        self.result: LoopResult | None = None  # the run's prediction, once `program` has it
+        self._observers = context.observers()
+        self.info = self._run_info() if self._observers else None  # the run as its observers know it
+        self.usage = _UsageLog(priced=self.budget.max_cost_usd is not None, observers=self._observers)
         self._turn_chars: dict[str, list[int]] = {}
         self._shown_chars: dict[str, int] = {}
         self._role_windows: dict[str, int | None] = {}
@@ -505,7 +525,6 @@ class Run:
         self._saved_warnings: set[int] = set()
         self._unpriced_warned: set[str] = set()
         self._context_warned = False
-        self._observers = context.observers()
         self._predictions: list[Any] = []  # what this run's LLM role calls returned, for `demos.curate_trace`
         self._credited: list[Any] = []
         self._gated: set[str] = set()  # LM calls the run counted when they started (`lm_call_started`)
@@ -550,7 +569,7 @@ class Run:
                     adapter = demos_without_history(adapter)
                 adapter = historyless_once(adapter)
             result = yield from self._call(role, target, (), kwargs, inputs, adapter, llm=True,
-                                           run_aware=context.run_aware(lm))
+                                           run_aware=context.run_aware(lm), model=getattr(lm, "model", None))
             self._predictions.append(result)
         turn = None
         if history_field is not None:
@@ -682,15 +701,22 @@ class Run:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Run]:
-        """The context a run's program is driven in: its usage log, its deadline, itself as current run. Its
-        checkpoint's claim on the run id is given up when it ends, however it ends."""
+        """The context a run's program is driven in: its usage log, its deadline, itself as current run, and
+        what its observers hold open for it (`loops.context.Observer.scope`). Its checkpoint's claim on the run
+        id is given up when it ends, and its observers hear that it finished, however it ends."""
+        self._notify("run_started", self.info)
+        error = None
         try:
             with (context.running(self, self.deadline), context.on_pause(self._paused),
-                  dspy.context(usage_tracker=self.usage)):
+                  dspy.context(usage_tracker=self.usage), self._scopes(self.info)):
                 yield self
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
             if self.replay is not None:
                 self.replay.release()
+            self._notify("run_finished", self.info, self.result, error)
 
     def before_request(self) -> None:
         """The one check every LM request of the run passes before it is sent (`loops.context.before_request`):
@@ -700,6 +726,8 @@ class Run:
         except LimitReached as limit:
             raise RequestRefused(limit) from None
         self.lm_calls += 1
+        if self._observers:
+            context.notify("request_sent", self.info, to=self._observers)
 
     def lm_call_started(self, call_id: str, lm: Any) -> None:
         """DSPy is about to call `lm` (`_RequestGate`): ask for its request, unless its engine asks itself."""
@@ -726,6 +754,7 @@ class Run:
             prediction = self._paused_on(pause)
         except LimitReached as limit:
             self.warn(str(limit))
+            self._notify("limit_reached", self.info, limit)
             prediction = self.finish(limit.reason)
         except RunError as failure:
             self.error = failure
@@ -740,6 +769,7 @@ class Run:
             pause.prediction = prediction
             raise pause
         curate_trace(self._predictions, self._credited)
+        self.result = prediction
         if self.strict and (prediction.stop_reason in LIMIT_REASONS or prediction.stop_reason == "error"):
             raised = self.error if isinstance(self.error, RunError) else LimitReached(
                 prediction.stop_reason, prediction.warnings[-1])
@@ -804,6 +834,7 @@ class Run:
                     self.usage.cost_usd += step.cost_usd
             step.replayed = True
             self._record(step)
+            self._notify("call_replayed", self.info, step, record is not call or self._depth > 0)
         return result
 
     def _ask(self, role: str, asked: person.Human, inputs: dict[str, Any]) -> RoleCalls:
@@ -816,6 +847,8 @@ class Run:
         recorded = result = self._replayed(role, inputs_hash)
         if recorded is None:
             answered = None if self.replay is None else self.replay.answer_for(role, inputs_hash)
+            if answered is not None:
+                self._notify("resumed", self.info, role)
             try:
                 result = yield from self._call(role, asked, (asked.question(role, inputs, self.iteration), answered),
                                                {}, inputs, None, llm=False, human=True)
@@ -843,6 +876,7 @@ class Run:
         """The run's end when nobody can answer a person's question now: the question kept on the result (and in
         the checkpoint), and, unless it runs within another run, a warning saying how to answer and resume."""
         self.question = pause.question
+        self._notify("paused", self.info, pause.question)
         if self.parent is None:
             store, run_id = (getattr(self.replay.store, "path", "FILE"), self.replay.run_id) if self.replay else (
                 "FILE", "RUN_ID")
@@ -863,7 +897,8 @@ class Run:
                          [self.warnings[index] for index in raised], turn)
 
     def _call(self, role: str, target: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any],
-              adapter: dspy.Adapter | None, *, llm: bool, run_aware: bool = False, human: bool = False) -> RoleCalls:
+              adapter: dspy.Adapter | None, *, llm: bool, run_aware: bool = False, human: bool = False,
+              model: str | None = None) -> RoleCalls:
         """One role or phase call with retries; records a step with its outputs (before observers hear of
         it). `llm` marks an LLM role, `run_aware` one whose LM asks the run itself (`loops.context`), `human`
         a person's turn: no deadline fires while they answer, and the run's clocks move past the wait.
@@ -871,18 +906,29 @@ class Run:
         Every LM request is counted where it passes the run's gate (`before_request`): first tries, retries,
         re-asks, JSON fallbacks and engines' re-sends alike, failed and abandoned ones included."""
         self._check_limits()
-        self._notify("role_started", role, self.iteration)
-        tally = _Tally(self, role, inputs)
-        while True:
-            tally.attempts += 1
-            self._depth += 1
-            asked_at = time.monotonic()
-            try:
-                result = yield _Invoke(target, args, kwargs, adapter, None if human else self.deadline, llm, run_aware)
-                break
-            except Exception as exc:
-                self._depth -= 1
-                kwargs = yield from self._after_failure(tally, exc, kwargs, llm)
+        call = None
+        if self._observers:
+            call = context.CallInfo(self.info, role, self.iteration, "human" if human else "llm" if llm else "phase",
+                                    model)
+            self._notify("role_started", role, self.iteration)
+            self._notify("call_started", call)
+        observed = None if call is None else (call, self._observers)
+        tally = _Tally(self, role, inputs, call)
+        try:
+            while True:
+                tally.attempts += 1
+                self._depth += 1
+                asked_at = time.monotonic()
+                try:
+                    result = yield _Invoke(target, args, kwargs, adapter, None if human else self.deadline, llm,
+                                           run_aware, observed)
+                    break
+                except Exception as exc:
+                    self._depth -= 1
+                    kwargs = yield from self._after_failure(tally, exc, kwargs, llm)
+        except BaseException as exc:
+            self._notify("call_finished", call, tally.failed, exc)
+            raise
         self._depth -= 1
         if human:
             context.paused(time.monotonic() - asked_at)
@@ -894,6 +940,7 @@ class Run:
         step = tally.step(dict(result.items()) if llm or human else {"result": shown})
         step.human = human
         self._record(step)
+        self._notify("call_finished", call, step, None)
         return result
 
     def _after_failure(self, tally: _Tally, error: Exception, kwargs: dict[str, Any], llm: bool) -> RoleCalls:
@@ -902,6 +949,7 @@ class Run:
         role = tally.role
         action = failure_action(error, llm=llm, attempts=tally.attempts, parse_failures=tally.parse_failures,
                                 retry=self.retry, out_of_time=self._out_of_time())
+        self._notify("attempt_failed", tally.call, tally.attempts, error, action)
         if action == "propagate":
             if llm and isinstance(error, LimitReached) and tally.requests():
                 tally.fail(str(error))  # the run's limits refused this call's next request: keep what it sent
@@ -986,16 +1034,22 @@ class Run:
 
     def _record(self, step: Step) -> None:
         self.trace.append(step)
-        for observer in self._observers:
-            handler = getattr(observer, "step_finished", None)
-            if handler is not None:
-                handler(step)
+        if self._observers:
+            context.notify("step_finished", step, to=self._observers)
 
     def _notify(self, event: str, *args: Any) -> None:
-        for observer in self._observers:
-            handler = getattr(observer, event, None)
-            if handler is not None:
-                handler(*args)
+        if self._observers:
+            context.notify(event, *args, to=self._observers)
+
+    def _scopes(self, what: Any) -> contextlib.AbstractContextManager:
+        return context.scopes(what, to=self._observers) if self._observers else contextlib.nullcontext()
+
+    def _run_info(self) -> context.RunInfo:
+        replay = self.replay
+        store = None if replay is None else getattr(replay.store, "path", None)
+        return context.RunInfo(type(self.module).__name__, None if replay is None else replay.run_id,
+                               None if store is None else str(store), 0 if replay is None else len(replay.recorded),
+                               self.parent is not None, asdict(self.budget))
 
 
 _predictors: weakref.WeakKeyDictionary[Any, tuple[dspy.Predict | None, str | None]] = weakref.WeakKeyDictionary()

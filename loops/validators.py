@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from loops import reaper
+from loops import context, reaper
 from loops.errors import CommandNotFoundError, ConfigurationError
 from loops.signatures.results import ValidationResult
 
@@ -325,6 +325,7 @@ class ShellValidator:
     - ``clean_env=True`` gives the command only the variables of `SAFE_ENVIRONMENT` (PATH, HOME,
       the user, the locale, TMPDIR, ...; no keys), plus ``env``; otherwise ``env`` is added on top
       of this process's environment.
+    - ``what`` is what its errors call the command ("test command"; the DSL's shell tool: "command").
 
     The ``iteration`` argument is accepted for the validator protocol and otherwise unused.
     Raises `CommandNotFoundError` when the executable does not exist (``shell=False``); `check`
@@ -340,6 +341,7 @@ class ShellValidator:
         shell: bool = False,
         clean_env: bool = False,
         env: Mapping[str, str] | None = None,
+        what: str = "test command",
     ):
         if not _is_seconds(timeout_s) or timeout_s == float("inf"):
             # NaN included: it compares false with everything, so it would never time out nor cap the run's time.
@@ -354,6 +356,7 @@ class ShellValidator:
         self.shell = shell
         self.clean_env = clean_env
         self.env = dict(env or {})
+        self.what = what
 
     @property
     def cwd(self) -> Path:
@@ -401,6 +404,21 @@ class ShellValidator:
         cwd = self.cwd
         if not cwd.is_dir():
             raise ConfigurationError(f"validator working directory {str(cwd)!r} does not exist")
+        observers = context.observers()
+        if not observers:
+            return self._run(command, argv, cwd, limit)
+        # Its observers hear of it (`loops.tracing`'s execute_tool span), however it ends.
+        info = context.CommandInfo(command, str(cwd), limit)
+        context.notify("command_started", info, to=observers)
+        try:
+            result = self._run(command, argv, cwd, limit)
+        except BaseException as exc:
+            context.notify("command_finished", info, None, exc, to=observers)
+            raise
+        context.notify("command_finished", info, result, None, to=observers)
+        return result
+
+    def _run(self, command: str, argv: list[str], cwd: Path, limit: float) -> ValidationResult:
         started = time.monotonic()
         with _Started(argv, cwd, self._environment(), command) as started_command:
             proc = started_command.proc
@@ -433,19 +451,23 @@ class ShellValidator:
         )
 
     def _argv(self, command: str) -> list[str]:
+        what = self.what
         if command is None:
-            raise ConfigurationError("test command is empty (None); give the command the validator should run")
+            raise ConfigurationError(f"the {what} is empty (None); give the command to run")
         if not isinstance(command, str):
-            raise ConfigurationError(f"the test command must be a string, got {command!r:.80} "
+            raise ConfigurationError(f"the {what} must be a string, got {command!r:.80} "
                                      f"({type(command).__name__}); e.g. 'python -m pytest -q'")
         if not command.strip():
-            raise ConfigurationError("test command is empty; give the command the validator should run")
+            raise ConfigurationError(f"the {what} is empty; give the command to run")
+        if "\0" in command:  # no command line can carry one: the OS would refuse it when the command starts
+            raise ConfigurationError(f"the {what} {command!r:.80} holds a NUL character (\\x00), which no command "
+                                     "line can carry; remove it")
         if self.shell:
             return ["/bin/sh", "-c", command]
         try:
             argv = shlex.split(command)
         except ValueError as exc:
-            raise ConfigurationError(f"cannot split test command {command!r}: {exc}") from exc
+            raise ConfigurationError(f"cannot split the {what} {command!r}: {exc}") from exc
         return argv
 
     def _environment(self) -> dict[str, str]:
@@ -652,7 +674,10 @@ class PytestValidator(ShellValidator):
         super().check(_pytest_command(command))
 
     def run(self, command: str | None, timeout_s: float | None = None) -> ValidationResult:
-        result = super().run(_pytest_command(command), timeout_s)
+        return super().run(_pytest_command(command), timeout_s)
+
+    def _run(self, command: str, argv: list[str], cwd: Path, limit: float) -> ValidationResult:
+        result = super()._run(command, argv, cwd, limit)
         passed, failed = parse_pytest_counts(result.stdout)
         return result.model_copy(update={"passed": passed, "failed": failed})
 

@@ -21,14 +21,15 @@ import os
 import shlex
 import sys
 import textwrap
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
 
 from loops.errors import ConfigurationError
 
-__all__ = ["BUILTIN", "MBPP_TEST_COMMAND", "MBPP_TEST_FILE", "builtin", "has_splits", "is_mbpp", "jsonl", "mbpp",
-           "mbpp_prompt", "mbpp_test_file"]
+__all__ = ["BUILTIN", "MBPP_TEST_COMMAND", "MBPP_TEST_FILE", "Rows", "builtin", "has_splits",
+           "is_mbpp", "jsonl", "jsonl_rows", "mbpp", "mbpp_prompt", "mbpp_test_file"]
 
 MBPP_TEST_FILE = "test_solution.py"
 MBPP_TEST_COMMAND = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", MBPP_TEST_FILE])
@@ -50,8 +51,9 @@ def mbpp_test_file(task: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _records(path: str | os.PathLike[str], what: str) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines file, one per non-blank line; a mistake names the line and the fix."""
+def _lines(path: str | os.PathLike[str], what: str) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
+    """The JSON objects of a JSON-lines file, each with the number of its line (blank lines are none), and every
+    line that is not one, with what is wrong with it."""
     name = os.fspath(path)
     try:
         with open(path, "rb") as handle:
@@ -59,36 +61,78 @@ def _records(path: str | os.PathLike[str], what: str) -> list[dict[str, Any]]:
     except OSError as exc:
         raise ConfigurationError(f"cannot read the {what} file {name!r}: {exc.strerror or exc}; give the "
                                  "path of a JSON-lines file you have (nothing is downloaded)") from None
-    records = []
+    records, bad = [], []
     for number, line in enumerate(lines, 1):
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ConfigurationError(f"{name!r}, line {number}: not UTF-8 text (byte {line[exc.start]:#04x} at "
-                                     f"column {exc.start + 1}); save the file as UTF-8") from None
+            bad.append((number, f"not UTF-8 text (byte {line[exc.start]:#04x} at column {exc.start + 1}); save the "
+                                "file as UTF-8"))
+            continue
         if not text.strip():
             continue
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"{name!r}, line {number}: not JSON ({exc.msg}, column {exc.colno}); each line "
-                                     "must be one JSON object") from None
+            bad.append((number, f"not JSON ({exc.msg}, column {exc.colno})"))
+            continue
         if not isinstance(record, dict):
-            raise ConfigurationError(f"{name!r}, line {number}: a JSON {type(record).__name__}, not an object; each "
-                                     "line must be one JSON object")
-        records.append(record)
-    return records
+            bad.append((number, f"a JSON {type(record).__name__}, not an object"))
+            continue
+        records.append((number, record))
+    return records, bad
+
+
+def _records(path: str | os.PathLike[str], what: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, one per non-blank line; every line that is not one is named, with
+    its fix, in one `ConfigurationError`."""
+    records, bad = _lines(path, what)
+    if bad:
+        raise ConfigurationError(_bad_lines_message(os.fspath(path), bad))
+    return [record for _, record in records]
+
+
+def _bad_lines_message(name: str, bad: list[tuple[int, str]], shown: int = 10) -> str:
+    """One line naming the lines of file `name` that are no JSON object (`bad`: line numbers and what is wrong)."""
+    listed = "; ".join(f"line {number}: {problem}" for number, problem in bad[:shown])
+    more = f"; and {len(bad) - shown} more lines" if len(bad) > shown else ""
+    return f"{name!r}, {listed}{more} (each line must be one JSON object)"
 
 
 def has_splits(path: str | os.PathLike[str]) -> bool:
     """Whether the records of the JSON-lines file at `path` say which split they are in (a `split` field)."""
-    return any("split" in record for record in _records(path, "data"))
+    return any("split" in record for _, record in _lines(path, "data")[0])
 
 
 def is_mbpp(path: str | os.PathLike[str]) -> bool:
     """Whether the JSON-lines file at `path` holds MBPP tasks (`task_id`, `prompt`, `test_list`)."""
-    records = _records(path, "data")
-    return bool(records) and all(field in records[0] for field in ("task_id", "prompt", "test_list"))
+    records = _lines(path, "data")[0]
+    return bool(records) and all(field in records[0][1] for field in ("task_id", "prompt", "test_list"))
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A JSON-lines file of examples, read whole so that a caller can report every bad line at once: its
+    examples (as `jsonl` makes them), the number of each one's line, and each line that is no JSON object
+    with what is wrong with it."""
+
+    examples: list[dspy.Example]
+    lines: list[int]
+    bad_lines: list[tuple[int, str]]
+
+
+def jsonl_rows(path: str | os.PathLike[str], split: str | None = None) -> Rows:
+    """`jsonl(path, split=split)` with the line of each example, and the lines that are not examples, instead of
+    an error at the first of them."""
+    records, bad = _lines(path, "data")
+    chosen = [(number, record) for number, record in records if split is None or record.get("split") == split]
+    return Rows([_example(record, None) for _, record in chosen], [number for number, _ in chosen], bad)
+
+
+def _example(record: dict[str, Any], inputs: tuple[str, ...] | list[str] | None) -> dspy.Example:
+    """A record as an example whose inputs are `inputs` (default: every key but `split`, `id` and `reference`)."""
+    keys = list(inputs) if inputs is not None else [key for key in record if key not in ("split", "id", "reference")]
+    return dspy.Example(**{key: value for key, value in record.items() if key != "split"}).with_inputs(*keys)
 
 
 def jsonl(path: str | os.PathLike[str], inputs: tuple[str, ...] | list[str] | None = None, split: str | None = None,
@@ -100,14 +144,11 @@ def jsonl(path: str | os.PathLike[str], inputs: tuple[str, ...] | list[str] | No
         records = [record for record in records if record.get("split") == split]
     examples = []
     for number, record in enumerate(records, 1):
-        keys = list(inputs) if inputs is not None else [key for key in record if key not in ("split", "id",
-                                                                                            "reference")]
-        missing = [key for key in keys if key not in record]
+        missing = [key for key in inputs or () if key not in record]
         if missing:
             raise ConfigurationError(f"{os.fspath(path)!r}, record {number}: no {', '.join(map(repr, missing))}; each "
-                                     f"line needs {', '.join(map(repr, keys))}")
-        examples.append(dspy.Example(**{key: value for key, value in record.items() if key != "split"})
-                        .with_inputs(*keys))
+                                     f"line needs {', '.join(map(repr, inputs))}")
+        examples.append(_example(record, inputs))
     return examples[:limit] if limit else examples
 
 

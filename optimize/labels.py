@@ -17,7 +17,7 @@ from typing import Any
 
 import dspy
 
-from loops.checkpoint import CheckpointStore, open_store, unpack
+from loops.checkpoint import CheckpointStore, opened, unpack
 
 __all__ = ["human_labels"]
 
@@ -27,15 +27,15 @@ def human_labels(checkpoint: str | os.PathLike[str] | CheckpointStore, role: str
     in the order they were given: one `dspy.Example` each, the role's inputs as its inputs and the person's
     fields as its labels (a critic's `approved` and `feedback`, and each criterion the person gave or approval
     implied). A run answered again after a resume counts once: its record is the call's."""
-    store = open_store(checkpoint)
     examples = []
-    for run in store.runs():
-        for call in store.calls(run.run_id):
-            if call.role != role:
-                continue
-            _, step, *_ = unpack(call)
-            if step.human and step.outputs is not None:
-                examples.append(_example(step.inputs, step.outputs))
+    with opened(checkpoint) as store:
+        for run in store.runs():
+            for call in store.calls(run.run_id):
+                if call.role != role:
+                    continue
+                _, step, *_ = unpack(call)
+                if step.human and step.outputs is not None:
+                    examples.append(_example(step.inputs, step.outputs))
     return examples
 
 

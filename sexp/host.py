@@ -71,8 +71,8 @@ def shell_command_tool(workspace: str | os.PathLike[str] | None = None, *,
     returns a record with `stdout`, `stderr`, `exit_code`, `error` (nil unless the run itself went
     wrong, e.g. a timeout), `timed_out` and `escaped` (processes that left the command's process group,
     killed when it ended; each also a warning). The timeout is capped to the time the program has left;
-    a command stopped by that cap ends the program with `LimitExceeded`. A missing executable raises
-    `CommandNotFoundError`.
+    a command stopped by that cap ends the program with `LimitExceeded`. A command that cannot run (a missing
+    executable, a quote left open) raises `DslValueError` at the call, with the cause chained.
     """
     allowed = None if executables is None else frozenset(executables)
     if allowed is not None and (not allowed or not all(isinstance(name, str) and name.strip() for name in allowed)):
@@ -95,8 +95,11 @@ def shell_command_tool(workspace: str | os.PathLike[str] | None = None, *,
         capped = left is not None and left < timeout
         where = workspace if workspace is not None else ev.interpreter.workspace if ev is not None else None
         validator = ShellValidator(workspace=where, timeout_s=timeout, max_output_chars=max_output_chars,
-                                   clean_env=True)
-        result = validator.run(command, timeout_s=max(left, 0.001) if capped else None)
+                                   clean_env=True, what="command")
+        try:
+            result = validator.run(command, timeout_s=max(left, 0.001) if capped else None)
+        except ConfigurationError as exc:  # the program's command: an error at its call, positioned as every DSL error
+            raise DslValueError(f"{SHELL_TOOL}: {exc}") from exc
         if result.timed_out and capped:
             clock = ev.clock if ev is not None else "the run's deadline passed"
             raise LimitExceeded(f"wall-clock limit exceeded while {SHELL_TOOL} ran {command!r:.80}: {clock}",

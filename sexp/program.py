@@ -35,7 +35,7 @@ from pydantic import BaseModel
 
 from loops.checkpoint import stable_hash
 from loops.context import current_run
-from loops.contracts import contracts
+from loops.contracts import InputContract, contracts
 from loops.errors import ConfigurationError
 from loops.module import LoopModule
 from loops.person import human, nobody_to_answer
@@ -54,6 +54,7 @@ class SexpProgram(LoopModule):
     """A compiled DSL program; see the module docstring. Build it with `loops.sexp.compile`."""
 
     contracts = contracts(program=(("bindings",), "the value of the program's last form"))
+    input_contract = InputContract(open=True)  # its inputs are the variables it is called with
     aliases = {"result": "final"}
 
     def __init__(self, source: str, filename: str = "<string>", *,
@@ -85,11 +86,14 @@ class SexpProgram(LoopModule):
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
         options, bindings = _call_options(inputs)
-        return self._forward(options, bindings=bindings)
+        return self._forward(options, bindings=self._checked_inputs(options, bindings))
 
     async def aforward(self, **inputs: Any) -> dspy.Prediction:
         options, bindings = _call_options(inputs)
-        return await self._aforward(options, bindings=bindings)
+        return await self._aforward(options, bindings=self._checked_inputs(options, bindings))
+
+    def _call_options(self) -> tuple[str, ...]:
+        return CALL_OPTIONS  # a limit's name is a variable like any other: the program's limits are its budget's
 
     def fingerprint(self) -> str:
         """The atoms' prompts and the program's text: a checkpoint of another program does not replay."""

@@ -10,7 +10,8 @@ Syntax (see `loops.sexp.values` for the values it produces):
   `*loop-config*`, `string=?`, `math:add`. `.` is a symbol used only in parameter lists.
 
 The characters `` ` , [ ] { } `` are reserved and raise a syntax error, as does an atom that starts
-like a number but is not one (`1abc`). Input that ends inside a list or a string raises
+like a number but is not one (`1abc`), and so does a character that is no text (a lone surrogate, which no
+file and no LM can hold). Input that ends inside a list or a string raises
 `IncompleteInput`; every other problem raises `DslSyntaxError` at its position.
 """
 
@@ -20,6 +21,7 @@ import bisect
 import re
 from typing import Any
 
+from loops.contracts import as_text, first_non_text
 from loops.sexp.errors import DslSyntaxError, IncompleteInput
 from loops.sexp.values import NIL, Keyword, Symbol, to_source
 
@@ -43,8 +45,10 @@ class Source:
         return index + 1, offset - self._line_starts[index] + 1
 
     def line_text(self, line: int) -> str:
+        """Line `line` (1-based) as shown under an error: a character no text may hold (a lone surrogate) as U+FFFD,
+        so that the line can be printed, its columns unchanged."""
         if self._lines is None:
-            self._lines = [line.rstrip("\r") for line in self.text.split("\n")]
+            self._lines = [as_text(line.rstrip("\r")) for line in self.text.split("\n")]
         return self._lines[line - 1] if 0 < line <= len(self._lines) else ""
 
 
@@ -133,6 +137,9 @@ def read(text: str, filename: str = "<string>") -> list[Node]:
     def error(message: str, offset: int, kind: type[DslSyntaxError] = DslSyntaxError) -> DslSyntaxError:
         return kind(message, Node(None, source, *source.position(offset)))
 
+    bad = first_non_text(text)
+    if bad is not None:
+        raise error(f"the program is not UTF-8 text: it holds {bad[1]} here", bad[0])
     top = _Open(None)
     stack = [top]
 

@@ -9,10 +9,13 @@ Exit codes:
 3  the run failed (stop reason "error")
 4  the run waits for a person's answer (stop reason "awaiting_input", a --human role or a (human) phase
    with nobody at the terminal): `loops runs answer FILE RUN_ID --set ...`, then the same command resumes
+130  interrupted by Ctrl-C: a line says what is kept (with --checkpoint, the role calls that finished) and
+   the command that resumes the run
 
 `loops batch` says the same of a whole batch: 0 every example succeeded, 1 some did not (or their loop
-raised), 2 a usage or configuration error (at the latest at the first example it fails, with nothing of
-it recorded), 3 the batch itself failed (its output could not be written, its Ray cluster went away),
+raised), 2 a usage or configuration error (every line of --data the loop would refuse is listed before any
+runs; a rejected key at the latest at the first example it fails, with nothing of it recorded), 3 the batch
+itself failed (its output could not be written, its Ray cluster went away),
 130 interrupted by Ctrl-C (a line says how many examples are done; the same command resumes).
 """
 
@@ -27,7 +30,7 @@ import typer
 from typer.core import TyperGroup
 
 from loops.cli import datasets, patterns, programs, runs
-from loops.cli.options import EXIT_NO_SUCCESS, EXIT_SUCCESS, EXIT_USAGE
+from loops.cli.options import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, EXIT_SUCCESS, EXIT_USAGE
 from loops.errors import ConfigurationError
 
 __all__ = ["app", "main"]
@@ -46,9 +49,13 @@ class _OneLineErrors(TyperGroup):
             code = super().main(*args, standalone_mode=False, **kwargs)
         except (typer.TyperException, ConfigurationError) as exc:  # the former: a bad option, a missing argument
             code = _usage_error(exc.format_message() if isinstance(exc, typer.TyperException) else str(exc))
-        except typer.Abort:
-            typer.echo("aborted", err=True)
-            code = EXIT_NO_SUCCESS
+        except typer.Abort as abort:
+            if isinstance(abort.__cause__, KeyboardInterrupt):  # Ctrl-C before a run started: nothing to keep
+                typer.echo("interrupted", err=True)
+                code = EXIT_INTERRUPTED
+            else:
+                typer.echo("aborted", err=True)
+                code = EXIT_NO_SUCCESS
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else EXIT_SUCCESS)
@@ -92,7 +99,8 @@ app.command()(patterns.direct)
 app.command("run")(programs.run_program)
 app.command()(programs.repl)
 app.add_typer(runs.app, name="runs", help="The runs a --checkpoint file holds: `loops runs list FILE`, "
-              "`loops runs show FILE RUN_ID`, `loops runs answer FILE RUN_ID --set FIELD=VALUE`")
+              "`loops runs show FILE RUN_ID`, `loops runs answer FILE RUN_ID --set FIELD=VALUE`, `loops runs delete "
+              "FILE RUN_ID...`, `loops runs prune FILE --older-than 30d`")
 app.command("optimize")(datasets.optimize_command)
 app.command("eval")(datasets.eval_command)
 app.command("batch")(datasets.batch_command)

@@ -15,8 +15,10 @@ score), or a built-in set (`builtin:writing`, `builtin:goals`, `builtin:code`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -25,20 +27,26 @@ from loops.cli.options import (
     EXIT_NO_SUCCESS,
     EXIT_RUN_FAILED,
     EXIT_SUCCESS,
+    EXIT_USAGE,
+    CheckpointOption,
     ModelChoice,
     ShellGrant,
+    TimeoutOption,
+    TraceOption,
     console,
     dsl_errors_exit_usage,
     load_program,
     name_value_pairs,
     with_options,
 )
+from loops.cli.progress import open_trace, write_step
+from loops.context import observing
 from loops.errors import ConfigurationError
 
 if TYPE_CHECKING:
     import dspy
 
-__all__ = ["batch_command", "eval_command", "load_examples", "load_sets", "optimize_command"]
+__all__ = ["batch_command", "eval_command", "load_sets", "optimize_command"]
 
 KindArgument = Annotated[str, typer.Argument(help="refine | fix | direct | FILE.sexp")]
 DataOption = Annotated[str, typer.Option(
@@ -189,8 +197,14 @@ def batch_command(
     program: ProgramOption = None,
     max_iterations: MaxIterationsOption = None,
     samples: SamplesOption = None,
+    timeout: TimeoutOption = 300.0,
+    trace: TraceOption = None,
+    checkpoint: CheckpointOption = None,
 ) -> None:
     """Run a loop on every example of --data, many at once, streaming one result per line to --out.
+
+    Each line of --data holds one example's inputs (and its id); the limits are the command's, the same for every
+    example. Every line is checked before any runs: those the loop would refuse are all listed, and none runs.
 
     Exit codes: 0 every example succeeded; 1 some did not (or their loop raised); 2 a usage or configuration
     error (before any LM call where it can be known, else at the first example it fails); 3 the batch
@@ -201,15 +215,24 @@ def batch_command(
     import loops.batch
     from loops.optimize.runner import default_metric
 
+    if trace is not None and backend == "ray":
+        raise ConfigurationError("--trace writes the role calls run in this process; with --backend ray they run in "
+                                 "Ray's actors: leave --trace out, or use --backend asyncio")
     module = _program(kind, program, grant, max_iterations=max_iterations, samples=samples)
-    examples = load_examples(kind, data, split)
+    examples = _checked_examples(module, kind, data, split)
+    options = {"timeout_s": timeout, **({"checkpoint": str(checkpoint)} if checkpoint is not None else {})}
     lm = choice.resolve()
     try:
-        with dspy.context(lm=lm):
+        with dspy.context(lm=lm), ExitStack() as stack:
+            if trace is not None:
+                trace_file = stack.enter_context(open_trace(trace))
+                stack.enter_context(observing(_ExampleTrace(trace_file, loops.batch.current_example)))
             summary = loops.batch.run(module, examples, out=out, backend=backend, concurrency=concurrency,
-                                      address=address, metric=default_metric(module), retry_failed=retry_failed)
+                                      address=address, metric=default_metric(module), retry_failed=retry_failed,
+                                      options=options)
     except KeyboardInterrupt as stop:
-        typer.echo(str(stop) or "interrupted", err=True)
+        resumes = f" (an example cut short resumes from its record in {checkpoint})" if checkpoint else ""
+        typer.echo(f"{stop or 'interrupted'}{resumes}", err=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except ConfigurationError:
         raise
@@ -217,23 +240,69 @@ def batch_command(
         typer.echo(f"error: the batch failed: {type(exc).__name__}: {' '.join(str(exc).split())}; what {out} holds "
                    "stays done, and the same command resumes", err=True)
         raise typer.Exit(EXIT_RUN_FAILED) from None
-    startup = f" (+ {summary.startup_seconds:.1f} s start-up, {summary.workers} Ray actors)" if backend == "ray" else ""
-    console.print(f"{summary.finished} finished ({summary.succeeded} succeeded), {summary.failed} failed, "
-                  f"{summary.skipped} already in {out}; {summary.seconds:.1f} s{startup}, "
-                  f"{summary.per_second:.2f} loops/s", highlight=False, soft_wrap=True)
+    console.print(_summary_line(summary, out, backend), highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_SUCCESS if summary.all_succeeded else EXIT_NO_SUCCESS)
 
 
-def load_examples(kind: str, data: str, split: str | None) -> list[dspy.Example]:
-    """Every example `--data` holds for a program of `kind` (of one split, if given)."""
+def _summary_line(summary: Any, out: Path, backend: str) -> str:
+    """What a batch did, in a line: the examples run now (succeeded, did not, of which raised), those --out held
+    already (and how to run again those recorded as failed), and the time."""
+    ran = summary.finished + summary.failed
+    line = f"{ran} ran: {summary.succeeded} succeeded, {ran - summary.succeeded} did not"
+    if summary.failed:
+        line += f" ({summary.failed} raised an error: see its 'error' in {out})"
+    line += f"; {summary.skipped} already in {out}"
+    if summary.skipped_unsuccessful:
+        line += f" ({summary.skipped_unsuccessful} of them unsuccessful"
+        if summary.skipped_failed:
+            line += f", {summary.skipped_failed} raised an error: --retry-failed runs those again"
+        line += ")"
+    startup = f" (+ {summary.startup_seconds:.1f} s start-up, {summary.workers} Ray actors)" if backend == "ray" else ""
+    return f"{line}; {summary.seconds:.1f} s{startup}, {summary.per_second:.2f} loops/s"
+
+
+class _ExampleTrace:
+    """A batch's --trace: every role call of every example run here, as it finishes, with the example's id."""
+
+    def __init__(self, trace_file: IO[str], example: Callable[[], str | None]):
+        self.trace_file, self.example = trace_file, example
+
+    def step_finished(self, step: Any) -> None:
+        write_step(self.trace_file, step, example=self.example())
+
+
+def _checked_examples(module: Any, kind: str, data: str, split: str | None) -> list[dspy.Example]:
+    """The examples of --data, once every one is found fit for `module`: else every line that is not (no JSON
+    object, or inputs the program refuses) is listed, with its line number and id, and the command exits 2 before
+    any LM call."""
+    import loops.batch
     from loops.optimize import datasets
 
     form = _data_form(kind, data)
+    lines: list[int] | None = None
+    bad_lines: list[tuple[int, str]] = []
     if form == "builtin":
-        return datasets.builtin(data.removeprefix("builtin:"))
-    if form == "mbpp":
-        return datasets.mbpp(data, split or "all")
-    return datasets.jsonl(data, split=split)
+        examples = datasets.builtin(data.removeprefix("builtin:"))
+    elif form == "mbpp":
+        examples = datasets.mbpp(data, split or "all")
+    else:
+        rows = datasets.jsonl_rows(data, split=split)
+        examples, lines, bad_lines = rows.examples, rows.lines, rows.bad_lines
+    found = [(number, f"line {number}: {problem}") for number, problem in bad_lines]
+    for bad in loops.batch.bad_examples(module, examples):
+        where = f"line {lines[bad.position - 1]}" if lines is not None else f"example {bad.position}"
+        named = f" (id {bad.id!r})" if bad.id is not None else ""
+        found.append((lines[bad.position - 1] if lines is not None else bad.position,
+                      f"{where}{named}: {'; '.join(bad.problems)}"))
+    if not found:
+        return examples
+    if len(found) == 1:
+        raise ConfigurationError(f"{data!r}, {found[0][1]} (nothing ran)")
+    typer.echo(f"error: {len(found)} {'lines' if lines is not None else 'examples'} of {data!r} cannot run, so none "
+               "ran (a line holds one example's inputs; the limits are the command's options):", err=True)
+    for _, problem in sorted(found):
+        typer.echo(f"  {problem}", err=True)
+    raise typer.Exit(EXIT_USAGE)
 
 
 def _program(kind: str, program: Path | None, grant: ShellGrant, **arguments: Any) -> Any:

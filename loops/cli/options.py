@@ -2,8 +2,9 @@
 (`RunOptions`), the exit codes, the console, and loading the program a command runs.
 
 A command takes a group of options by naming a parameter of its type (`choice: ModelChoice`); `with_options`
-adds the group's options to the command's own and hands it one instance of the group. The choices a
-user names (policies, adapters) are enums generated from the tuples that define them.
+adds the group's options to the command's own and hands it one instance of the group. Every such command also
+takes `--otel` (`Telemetry`), which `with_options` acts on before the command runs. The choices a user names
+(policies, adapters) are enums generated from the tuples that define them.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ if TYPE_CHECKING:
     import dspy
 
 __all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
-           "EXIT_USAGE", "KINDS", "AdapterName", "CheckOption", "HumanOption", "Judge", "ModelChoice", "Policy",
-           "RunOptions", "ShellGrant", "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program",
-           "name_value_pairs", "people", "with_options"]
+           "EXIT_USAGE", "KINDS", "AdapterName", "CheckOption", "CheckpointOption", "HumanOption", "Judge",
+           "ModelChoice", "Policy", "RunOptions", "ShellGrant", "Telemetry", "TimeoutOption", "TraceOption", "console",
+           "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program", "name_value_pairs", "people",
+           "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
@@ -148,17 +150,24 @@ class ModelChoice:
         return resolve(self.model, **options)
 
 
+# The options a batch shares with a single run, declared once (`loops batch` takes them for each example's run).
+TimeoutOption = Annotated[float, typer.Option(
+    "--timeout", callback=_check_timeout, help="Wall-clock limit of the whole loop (a batch: of each example's), in "
+    "seconds")]
+TraceOption = Annotated[Path | None, typer.Option(
+    "--trace", help="Write every role call to this JSONL file as it finishes (a batch: with its example's id)")]
+CheckpointOption = Annotated[Path | None, typer.Option(
+    "--checkpoint", help="Record every role call in this SQLite file, so that an interrupted run resumes from it "
+    "without repeating calls: with --run-id (a batch: each example's run is recorded under its id)")]
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """The limits of one run and where it is recorded: the options of every command that runs a loop."""
 
-    timeout: Annotated[float, typer.Option(
-        "--timeout", callback=_check_timeout, help="Wall-clock limit of the whole loop, in seconds")] = 300.0
-    trace: Annotated[Path | None, typer.Option(
-        "--trace", help="Write every role call to this JSONL file as it finishes")] = None
-    checkpoint: Annotated[Path | None, typer.Option(
-        "--checkpoint", help="Record every role call in this SQLite file; with --run-id, resume that run from "
-        "it")] = None
+    timeout: TimeoutOption = 300.0
+    trace: TraceOption = None
+    checkpoint: CheckpointOption = None
     run_id: Annotated[str | None, typer.Option(
         "--run-id", help="Name of this run in --checkpoint: running again with it resumes without repeating "
         "calls")] = None
@@ -207,6 +216,22 @@ class ShellGrant:
         return {"system:execute_shell_command": shell_command_tool(executables=self.allow_executable or None)}
 
 
+@dataclass(frozen=True)
+class Telemetry:
+    """Whether the command's loop runs are traced (`loops.tracing`): an option of every command that runs one."""
+
+    otel: Annotated[bool, typer.Option(
+        "--otel", help="Send every loop run as OpenTelemetry spans (GenAI conventions) over OTLP/HTTP to "
+        "OTEL_EXPORTER_OTLP_ENDPOINT [default endpoint: http://localhost:4318], as service OTEL_SERVICE_NAME "
+        "[default: loops]; needs loops[tracing]")] = False
+
+    def start(self) -> None:
+        if self.otel:
+            from loops.tracing import enable
+
+            enable(otlp=True)
+
+
 _GROUPS = (ModelChoice, RunOptions, ShellGrant)
 
 
@@ -219,7 +244,8 @@ def _group_parameters(group: type) -> tuple[inspect.Parameter, ...]:
 
 def with_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """`command` with the options of each group it names by type (`choice: ModelChoice`, `run: RunOptions`)
-    added after its own, and called with one instance of each group built from them."""
+    added after its own, and called with one instance of each group built from them; and with `--otel`
+    (`Telemetry`), which turns tracing on before the command runs."""
     signature = inspect.signature(command, eval_str=True)
     groups = {name: parameter.annotation for name, parameter in signature.parameters.items()
               if parameter.annotation in _GROUPS}
@@ -230,22 +256,28 @@ def with_options(command: Callable[..., Any]) -> Callable[..., Any]:
         for name, group in groups.items():
             values[name] = group(**{parameter.name: values.pop(parameter.name)
                                     for parameter in _group_parameters(group)})
+        Telemetry(**{parameter.name: values.pop(parameter.name) for parameter in _group_parameters(Telemetry)}).start()
         return command(**values)
 
-    added = [parameter for group in groups.values() for parameter in _group_parameters(group)]
+    added = [parameter for group in (*groups.values(), Telemetry) for parameter in _group_parameters(group)]
     with_groups.__signature__ = signature.replace(parameters=[*own, *added])  # what typer reads
     return with_groups
 
 
 def name_value_pairs(items: list[str], option: str, example: str) -> list[tuple[str, str]]:
-    """`name=value` items of a repeatable option, split; one without a name or an `=` is a usage error."""
-    pairs = []
+    """`name=value` items of a repeatable option, split; one without a name or an `=`, and a name given twice
+    (which of the two was meant?), are usage errors."""
+    pairs: dict[str, str] = {}
     for item in items:
         name, equals, value = item.partition("=")
-        if not equals or not name.strip():
+        name = name.strip()
+        if not equals or not name:
             raise ConfigurationError(f"{option} takes name=value (e.g. {option} {example}), got {item!r}")
-        pairs.append((name.strip(), value))
-    return pairs
+        if name in pairs:
+            raise ConfigurationError(f"{option} {name}= is given twice ({pairs[name]!r}, then {value!r}): give each "
+                                     "name once")
+        pairs[name] = value
+    return list(pairs.items())
 
 
 def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Module:

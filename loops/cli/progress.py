@@ -4,6 +4,8 @@ file, and the final report with its exit code."""
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,7 +20,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from loops.cli.options import ModelChoice, console, exit_code
+from loops.cli.options import EXIT_INTERRUPTED, ModelChoice, console, exit_code
 from loops.context import observing
 from loops.errors import ConfigurationError
 
@@ -28,7 +30,8 @@ if TYPE_CHECKING:
     from loops.person import Question
     from loops.runtime import Step
 
-__all__ = ["LiveProgress", "finish_report", "open_trace", "report", "run_with_progress", "show_question"]
+__all__ = ["LiveProgress", "finish_report", "open_trace", "report", "run_with_progress", "say_interrupted",
+           "show_question", "write_step"]
 
 
 class LiveProgress:
@@ -77,8 +80,14 @@ class LiveProgress:
         self.table.add_row(_role(step), str(step.iteration), f"{step.seconds:.1f}", tokens, str(step.attempts),
                            _outcome(step))
         if self.trace_file is not None:
-            self.trace_file.write(json.dumps(step.to_dict()) + "\n")
-            self.trace_file.flush()
+            write_step(self.trace_file, step)
+
+
+def write_step(trace_file: IO[str], step: Step, **fields: Any) -> None:
+    """A finished role call as a line of a --trace file, written as it finishes (`fields` first: a batch's
+    example id)."""
+    trace_file.write(json.dumps({**fields, **step.to_dict()}) + "\n")
+    trace_file.flush()
 
 
 def _role(step: Step) -> str:
@@ -124,10 +133,33 @@ def run_with_progress(module: dspy.Module, model: dspy.BaseLM | ModelChoice, tra
                     result = module(**inputs)
                 finally:  # a run that raised (an error in a DSL program) leaves no spinner behind
                     progress.running = None
+        except KeyboardInterrupt:
+            interrupted = True
+        else:
+            interrupted = False
         finally:
             if progress.table.row_count:
                 console.print()
+    if interrupted:  # said once the trace is closed and the LM's connections are gone
+        say_interrupted(trace, inputs.get("checkpoint"), inputs.get("run_id"))
     return result, time.monotonic() - started
+
+
+def say_interrupted(trace: Path | None, checkpoint: str | None, run_id: str | None) -> NoReturn:
+    """Ctrl-C during a run: what is kept, and the command that resumes it; exit code 130, as for `loops batch`."""
+    if checkpoint is not None:
+        resume = shlex.join(["loops", *sys.argv[1:], *([] if _gives_run_id(sys.argv[1:]) else ["--run-id", run_id])])
+        kept = (f"the role calls that finished are kept in {checkpoint}, run {run_id!r}; `{resume}` resumes it "
+                "without repeating them")
+    else:
+        kept = "nothing is kept to resume from (no --checkpoint FILE, which an interrupted run resumes from)"
+    held = f"; {trace} holds the role calls that finished" if trace is not None else ""
+    typer.echo(f"interrupted: {kept}{held}", err=True)
+    raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _gives_run_id(arguments: list[str]) -> bool:
+    return any(argument == "--run-id" or argument.startswith("--run-id=") for argument in arguments)
 
 
 def open_trace(trace: Path) -> IO[str]:

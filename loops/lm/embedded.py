@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import importlib
 import importlib.util
 import os
@@ -25,7 +26,7 @@ from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, 
 
 from loops import profile
 from loops.context import before_request, deadline, given_up, within_deadline
-from loops.errors import MissingDependencyError
+from loops.errors import LimitReached, MissingDependencyError, RequestRefused
 from loops.lm.messages import SAMPLING, chat_messages, sampling_options
 
 __all__ = ["CONTEXT_TOKENS", "DEFAULT_MAX_TOKENS", "EMBEDDED_HISTORY_WINDOW", "EMBEDDED_PROFILE", "MODEL",
@@ -166,6 +167,31 @@ def _generate_locked(llama, request: Request, until: float | None) -> tuple[str,
             raise ContextLengthError(str(exc), provider="local") from exc
 
 
+def _check_prompt_fits(llama, request: Request) -> None:
+    """A prompt longer than the model's context is a limit of the run, known before it is sent (its tokens as
+    llama.cpp's chat completion renders it, with the model's own template): the run stops gracefully with the
+    stop reason `context_limit`. Without the model's template (another chat format) llama.cpp's error says it."""
+    if getattr(llama, "chat_handler", None) is not None or getattr(llama, "chat_format", None) != (
+            "chat_template.default"):
+        return
+    rendered = _chat_formatter(llama)(messages=_llama_messages(request))
+    tokens = len(llama.tokenize(rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True))
+    if tokens >= llama.n_ctx():
+        raise RequestRefused(LimitReached("context_limit", f"a prompt of {tokens} tokens does not fit the embedded "
+                                          f"model's context of {llama.n_ctx()} tokens (shorter inputs or a "
+                                          "smaller history_window keep a role's prompt within it)"))
+
+
+@functools.lru_cache(maxsize=4)
+def _chat_formatter(llama):
+    """The model's own chat template, as llama.cpp renders a chat completion with it."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    return Jinja2ChatFormatter(llama.metadata["tokenizer.chat_template"],
+                               eos_token=llama._model.token_get_text(llama.token_eos()),
+                               bos_token=llama._model.token_get_text(llama.token_bos()))
+
+
 EMBEDDED_HISTORY_WINDOW = 4  # turns per role: with prompts of 1-2k tokens, the last few fit its 8k context
 # Grammar-constrained JSON without a template of placeholders to copy is the only way the 135M model answers
 # in shape; its 8k context holds a role's last few turns; it runs here, for nothing.
@@ -190,6 +216,7 @@ class LlamaEngine:
 
     def complete(self, request: Request) -> Response:
         llama = self._llama if self._llama is not None else _shared_model()
+        _check_prompt_fits(llama, request)
         before_request()
         until = deadline()
         # Reading the prompt cannot be interrupted, so the generation runs in a worker given up at the deadline;

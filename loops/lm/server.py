@@ -418,14 +418,22 @@ def _wait_s() -> float:
 
 
 def _transport_error(exc: Exception, server: str, wait: float) -> BaseException:
-    """A request that got no answer: given up at the run's deadline, timed out, or its connection failed."""
+    """A request that got no whole answer: given up at the run's deadline, timed out, its connection failed, or the
+    server closed it before its answer was complete."""
     timed_out = isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__
     if timed_out and wait < SERVER_TIMEOUT_S:
         return given_up(f"the request to the server at {server}")
     if timed_out:
         return LMTimeout(f"no answer within {wait:.0f}s: {exc}")
     address = _address_of(exc) or server
+    if any(kind.__name__ in _BROKEN_OFF for kind in type(exc).__mro__):
+        return TransportError(f"the server at {address} closed the connection before its answer was complete (a "
+                              f"truncated response, or none): {type(exc).__name__}: {exc}")
     return TransportError(f"cannot reach the server at {address} (is it running there?): {type(exc).__name__}: {exc}")
+
+
+# The errors of httpx and aiohttp for a connection that was made, but closed or broken before the whole answer came.
+_BROKEN_OFF = frozenset({"RemoteProtocolError", "ReadError", "ClientPayloadError", "ServerDisconnectedError"})
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -145,17 +145,11 @@ def test_retry_failed_runs_the_failures_again_and_keeps_one_line_per_example(tmp
     assert all(record["success"] for record in found)
 
 
-@pytest.mark.parametrize("mistake", ["rejected key", "refused inputs"])
-def test_a_configuration_error_stops_the_batch_with_nothing_of_it_recorded(tmp_path, mistake):
+def test_a_configuration_error_stops_the_batch_with_nothing_of_it_recorded(tmp_path):
     out = tmp_path / "results.jsonl"
     batch = examples(6)
-    if mistake == "rejected key":
-        lm = scripted_lm(lambda engine, request: AuthError("HTTP 401: Incorrect API key provided", status=401))
-        expected = r"example 'note-\d': the LM refused the request, which no retry can fix: .*Incorrect API key"
-    else:
-        batch[3] = dspy.Example(id="empty", requirements=None).with_inputs("requirements")
-        lm = scripted_lm(approving)
-        expected = r"example 'empty': requirements must be a non-empty str"
+    lm = scripted_lm(lambda engine, request: AuthError("HTTP 401: Incorrect API key provided", status=401))
+    expected = r"example 'note-\d': the LM refused the request, which no retry can fix: .*Incorrect API key"
     with dspy.context(lm=lm), pytest.raises(ConfigurationError, match=expected):
         loops.batch.run(CreatorCriticIterator(retry=NO_WAIT), batch, out=out, concurrency=2, progress=False)
 
@@ -164,6 +158,43 @@ def test_a_configuration_error_stops_the_batch_with_nothing_of_it_recorded(tmp_p
     with dspy.context(lm=scripted_lm(approving)):
         summary = loops.batch.run(CreatorCriticIterator(retry=NO_WAIT), examples(6), out=out, progress=False)
     assert summary.skipped + summary.finished == 6 and summary.all_succeeded
+
+
+# Rows that are JSON but that the program refuses, each with what it is told (the example's inputs are every key
+# but its id): the wrong kind of value, a key it does not take, a limit (data are inputs), no requirements at all.
+REFUSED = [
+    ({"requirements": None}, "requirements must be a non-empty str, got None"),
+    ({"requirements": 12}, "requirements must be a non-empty str, got 12"),
+    ({"requirements": ""}, "requirements must be a non-empty str, got ''"),
+    ({"requirements": ["a", "list"]}, "requirements must be a non-empty str, got ['a', 'list']"),
+    ({"requirements": "y", "requirment": "a typo"}, "unknown input 'requirment' (did you mean 'requirements'?); "
+                                                    "the inputs are requirements, context"),
+    ({"requirements": "y", "timeout_s": -1}, "'timeout_s' is an option of the run (a limit, a checkpoint), not an "
+                                             "input: data holds inputs only; the inputs are requirements, context"),
+    ({"requirements": "y", "max_iterations": 4}, "'max_iterations' is an option of the run"),
+    ({"requirment": "typo key"}, "unknown input 'requirment' (did you mean 'requirements'?); the inputs are "
+                                 "requirements, context; no 'requirements' (what to create): it is required"),
+    ({"requirements": "caf\udce9"}, "requirements is not UTF-8 text: it holds the byte 0xe9 (not UTF-8) at "
+                                    "character 4"),
+]
+
+
+def test_every_example_the_program_would_refuse_is_listed_before_any_runs(tmp_path):
+    batch = [*examples(3), *(dspy.Example(id=f"bad-{n}", **row).with_inputs(*row) for n, (row, _) in
+                             enumerate(REFUSED))]
+    lm = scripted_lm(approving)
+
+    found = loops.batch.bad_examples(CreatorCriticIterator(), batch)
+    with dspy.context(lm=lm), pytest.raises(ConfigurationError) as raised:
+        loops.batch.run(CreatorCriticIterator(retry=NO_WAIT), batch, out=tmp_path / "out.jsonl", progress=False)
+
+    assert [(bad.position, bad.id) for bad in found] == [(4 + n, f"bad-{n}") for n in range(len(REFUSED))]
+    for bad, (_, said) in zip(found, REFUSED, strict=True):
+        assert said in "; ".join(bad.problems), (bad, said)
+    message = str(raised.value)
+    assert message.splitlines()[0] == f"{len(REFUSED)} of {len(batch)} examples cannot run, and none ran:"
+    assert message.splitlines()[1:] == [str(bad) for bad in found]
+    assert calls(lm) == 0 and not (tmp_path / "out.jsonl").exists(), "nothing ran, nothing was written"
 
 
 def test_mistakes_raise_before_any_lm_call(tmp_path):
@@ -175,7 +206,7 @@ def test_mistakes_raise_before_any_lm_call(tmp_path):
             loops.batch.run(program, examples(1), out=tmp_path / "x.jsonl", backend="threads")
         with pytest.raises(ConfigurationError, match="concurrency must be an int >= 1"):
             loops.batch.run(program, examples(1), out=tmp_path / "x.jsonl", concurrency=0)
-        with pytest.raises(ConfigurationError, match="two examples have the id 'note-0'"):
+        with pytest.raises(ConfigurationError, match=r"example 2 \(id 'note-0'\): another example has the id 'note-0'"):
             loops.batch.run(program, examples(1) * 2, out=tmp_path / "x.jsonl")
         with pytest.raises(ConfigurationError, match="folder' is a directory: give a file"):
             loops.batch.run(program, examples(1), out=tmp_path / "folder")
@@ -287,7 +318,7 @@ def test_cli_exit_codes_say_whether_every_example_succeeded(lm_server, tmp_path)
     write_data(data, ["a", "b", "c", "picky d"])
     outcome = cli_batch(lm_server, data, out)
     assert outcome.exit_code == 1, outcome.output
-    assert "1 finished (0 succeeded), 0 failed, 3 already in" in outcome.stdout
+    assert "1 ran: 0 succeeded, 1 did not; 3 already in" in outcome.stdout
     assert cli_batch(lm_server, data, out).exit_code == 1, "the unsuccessful example is still the batch's"
     assert [record["stop_reason"] for record in records(out)] == ["approved"] * 3 + ["max_iterations"]
 
@@ -303,7 +334,127 @@ def test_cli_a_rejected_key_exits_2_at_the_first_example_and_poisons_nothing(lm_
     assert "Traceback" not in outcome.output and out.read_text() == ""
     lm_server.rejecting = False
     outcome = cli_batch(lm_server, data, out)
-    assert outcome.exit_code == 0 and "20 finished (20 succeeded), 0 failed, 0 already in" in outcome.stdout
+    assert outcome.exit_code == 0 and "20 ran: 20 succeeded, 0 did not; 0 already in" in outcome.stdout
+
+
+def test_cli_lists_every_bad_line_with_its_number_and_id_in_one_report_before_any_lm_call(lm_server, tmp_path):
+    lines = [json.dumps({"id": "ok-1", "requirements": "a"}), "not json at all",
+             *(json.dumps({"id": f"bad-{n}", **row}) for n, (row, _) in enumerate(REFUSED)),
+             "{\"id\": \"cut\", \"requirements\": \"b", "", "[1, 2]", json.dumps({"id": "ok-2", "requirements": "c"})]
+    data, out = tmp_path / "data.jsonl", tmp_path / "out.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    requests = lm_server.requests
+
+    outcome = cli_batch(lm_server, data, out)
+
+    assert outcome.exit_code == 2, outcome.output
+    report = outcome.stderr.splitlines()
+    bad = len(REFUSED) + 3
+    assert report[0] == (f"error: {bad} lines of {str(data)!r} cannot run, so none ran (a line holds one example's "
+                         "inputs; the limits are the command's options):")
+    assert report[1] == "  line 2: not JSON (Expecting value, column 1)"
+    for n, (_, said) in enumerate(REFUSED):
+        assert report[2 + n].startswith(f"  line {3 + n} (id 'bad-{n}'): ") and said in report[2 + n], report[2 + n]
+    assert report[-2:] == [f"  line {3 + len(REFUSED)}: not JSON (Unterminated string starting at, column 31)",
+                           f"  line {5 + len(REFUSED)}: a JSON list, not an object"]
+    assert len(report) == 1 + bad and "Traceback" not in outcome.output
+    assert lm_server.requests == requests and not out.exists(), "nothing ran"
+
+
+def test_cli_a_rows_limit_is_refused_and_the_commands_limits_hold(lm_server, tmp_path):
+    data, out = tmp_path / "data.jsonl", tmp_path / "out.jsonl"
+    data.write_text(json.dumps({"id": "b", "requirements": "picky y", "max_iterations": 4}) + "\n")
+    requests = lm_server.requests
+
+    refused = cli_batch(lm_server, data, out, "--max-iterations", "1")
+
+    assert refused.exit_code == 2 and lm_server.requests == requests, refused.output
+    assert refused.stderr.startswith(f"error: {str(data)!r}, line 1 (id 'b'): 'max_iterations' is an option of the "
+                                     "run (a limit, a checkpoint), not an input: data holds inputs only")
+    data.write_text(json.dumps({"id": "b", "requirements": "picky y"}) + "\n")
+    ran = cli_batch(lm_server, data, out, "--max-iterations", "1")
+    assert ran.exit_code == 1, ran.output
+    (record,) = records(out)
+    assert (record["iterations"], record["lm_calls"], record["stop_reason"]) == (1, 2, "max_iterations")
+
+
+def test_cli_a_typo_key_exits_2_and_the_rerun_after_the_fix_runs_it(lm_server, tmp_path):
+    data, out = tmp_path / "data.jsonl", tmp_path / "out.jsonl"
+    data.write_text(json.dumps({"id": "a", "requirements": "a"}) + "\n" +
+                    json.dumps({"id": "c", "requirment": "typo key"}) + "\n")
+
+    typo = cli_batch(lm_server, data, out)
+    data.write_text(data.read_text().replace("requirment", "requirements"))
+    fixed = cli_batch(lm_server, data, out)
+
+    assert typo.exit_code == 2 and "line 2 (id 'c'): unknown input 'requirment' (did you mean 'requirements'?)" in (
+        typo.stderr), typo.output
+    assert fixed.exit_code == 0 and "2 ran: 2 succeeded, 0 did not; 0 already in" in fixed.stdout, fixed.output
+    assert sorted(record["id"] for record in records(out)) == ["a", "c"]
+
+
+def test_cli_a_rerun_says_how_many_of_what_it_skips_failed_and_that_retry_failed_runs_them(lm_server, tmp_path):
+    data, out = write_data(tmp_path / "data.jsonl", ["a", "b"]), tmp_path / "out.jsonl"
+    # What an earlier batch recorded for an example whose loop raised (before rows were checked, a typo'd key).
+    out.write_text(json.dumps({"id": "t1", "inputs": {"requirment": "b"}, "success": False, "stop_reason": None,
+                               "error": "TypeError: forward() missing 1 required positional argument", "seconds": 0})
+                   + "\n")
+
+    rerun = cli_batch(lm_server, data, out)
+    retried = cli_batch(lm_server, data, out, "--retry-failed")
+
+    assert rerun.exit_code == 1, rerun.output
+    assert ("1 ran: 1 succeeded, 0 did not; 1 already in " in rerun.stdout
+            and "(1 of them unsuccessful, 1 raised an error: --retry-failed runs those again)" in rerun.stdout)
+    assert retried.exit_code == 0 and "1 ran: 1 succeeded, 0 did not; 1 already in" in retried.stdout
+
+
+def test_cli_says_how_many_did_not_succeed_when_none_did(lm_server, tmp_path):
+    data, out = write_data(tmp_path / "data.jsonl", ["picky a", "picky b"]), tmp_path / "out.jsonl"
+
+    outcome = cli_batch(lm_server, data, out)
+
+    assert outcome.exit_code == 1, outcome.output
+    assert re.fullmatch(rf"2 ran: 0 succeeded, 2 did not; 0 already in {out}; [\d.]+ s, [\d.]+ loops/s",
+                        outcome.stdout.splitlines()[-1]), outcome.stdout
+
+
+def test_cli_timeout_trace_and_checkpoint_mean_for_each_example_what_they_mean_for_one_run(lm_server, tmp_path):
+    # Requests no other test sends: DSPy's cache (this session's) must not answer them.
+    data = write_data(tmp_path / "data.jsonl", ["checkpointed a", "picky checkpointed b", "checkpointed c"])
+    trace, checkpoint = tmp_path / "trace.jsonl", tmp_path / "runs.db"
+    requests = lm_server.requests
+
+    first = cli_batch(lm_server, data, tmp_path / "first.jsonl", "--trace", str(trace), "--checkpoint", str(checkpoint))
+    sent = lm_server.requests - requests
+    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    again = cli_batch(lm_server, data, tmp_path / "again.jsonl", "--trace", str(tmp_path / "replayed.jsonl"),
+                      "--checkpoint", str(checkpoint))
+    replayed = [json.loads(line) for line in (tmp_path / "replayed.jsonl").read_text().splitlines()]
+    lm_server.latency = 1.0
+    slow = cli_batch(lm_server, write_data(tmp_path / "slow.jsonl", ["timed a", "timed b"]), tmp_path / "out.jsonl",
+                     "--timeout", "0.5")
+
+    assert first.exit_code == again.exit_code == 1, (first.output, again.output)
+    assert len(steps) == sent == 2 + 4 + 2  # every role call of every example, each with its example's id
+    assert sorted({step["example"] for step in steps}) == ["t0", "t1", "t2"]
+    assert [step["role"] for step in steps if step["example"] == "t1"] == ["creator", "critic", "iterator", "critic"]
+    assert lm_server.requests - requests - sent == 2, "the second batch sent no request: the slow one sent its two"
+    assert len(replayed) == len(steps) and all(step["replayed"] for step in replayed), "each run from its record"
+    first_records, again_records = (without_timing(records(tmp_path / name)) for name in ("first.jsonl", "again.jsonl"))
+    assert [record.pop("lm_calls") for record in first_records] == [2, 4, 2]
+    assert [record.pop("lm_calls") for record in again_records] == [0, 0, 0]
+    assert again_records == first_records
+    assert slow.exit_code == 1 and {record["stop_reason"] for record in records(tmp_path / "out.jsonl")} == {
+        "timeout"}, slow.output
+
+
+def test_cli_trace_on_ray_actors_is_refused_before_anything_starts(lm_server, tmp_path):
+    outcome = cli_batch(lm_server, write_data(tmp_path / "data.jsonl", ["a"]), tmp_path / "out.jsonl", "--backend",
+                        "ray", "--trace", str(tmp_path / "trace.jsonl"))
+
+    assert outcome.exit_code == 2 and outcome.stderr.startswith("error: --trace writes the role calls run in this "
+                                                                "process; with --backend ray"), outcome.output
 
 
 def test_cli_bad_files_exit_2_in_one_line_and_a_batch_that_fails_exits_3(lm_server, tmp_path):
@@ -384,7 +535,7 @@ def test_a_batch_killed_with_sigkill_resumes_with_every_example_exactly_once(lm_
     assert resumed.returncode == 0, stderr
     ids = [record["id"] for record in records(out)]  # every line a whole record
     assert sorted(ids) == sorted(f"t{n}" for n in range(240)), "every example exactly once"
-    assert re.search(r"(\d+) finished \(\1 succeeded\), 0 failed, (\d+) already in", stdout)
+    assert re.search(r"(\d+) ran: \1 succeeded, 0 did not; (\d+) already in", stdout)
 
 
 def descendants(pid):
@@ -569,7 +720,7 @@ def test_the_batch_joins_a_running_two_node_cluster_by_its_address(lm_server, tm
         cluster.shutdown()
 
     assert batch.returncode == 0, stderr
-    assert re.search(r"40 finished \(40 succeeded\), 0 failed, 0 already in .* start-up, 2 Ray actors\)", stdout)
+    assert re.search(r"40 ran: 40 succeeded, 0 did not; 0 already in .* start-up, 2 Ray actors\)", stdout)
     assert sorted(record["id"] for record in records(out)) == sorted(f"t{n}" for n in range(40))
     assert lm_server.most >= 5, "each actor, one per node, ran several loops at once (at most 2 otherwise)"
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from typer.testing import CliRunner
 import loops
 import loops.lm
 from loops.cli import app
-from tests.loops.fake_openai import fake_openai
+from tests.loops.fake_openai import fake_openai, faulty_openai
 from tests.scripted import calls, scripted_lm
 
 GOOD = "def add(a, b):\n    return a + b\n"
@@ -74,6 +77,14 @@ def scripted(monkeypatch):
                                                                "No such file or directory"]),
     (["direct", "x", "--trace", "{tmp}"], ["--trace '{tmp}' cannot be written"]),
     (["bogus"], ["No such command 'bogus'"]),
+    # A byte that is not UTF-8 in an argument reaches Python as a lone surrogate (os.fsdecode, as argv is decoded).
+    (["refine", os.fsdecode(b"A haiku \xff")], ["error: requirements is not UTF-8 text: it holds the byte 0xff "
+                                                "(not UTF-8) at character 9"]),
+    (["direct", "x", "--checkpoint", "{tmp}/runs.db", "--run-id", os.fsdecode(b"r\xff")], [
+        "error: run_id must be a non-empty str of UTF-8 text, got 'r\\udcff' (it holds the byte 0xff (not UTF-8) at "
+        "character 2)"]),
+    (["fix", "x", "-t", "python -c 'pass", "--target-file", "a.py"], [
+        "cannot split the test command \"python -c 'pass\""]),
 ])
 def test_usage_errors_exit_2_with_one_line_before_any_lm_call(scripted, tmp_path, args, parts):
     args = [arg.replace("{tmp}", str(tmp_path)) for arg in args]
@@ -258,6 +269,85 @@ def test_a_rejected_api_key_exits_2_with_one_line(monkeypatch):
 
     assert_one_line_error(outcome, "the LM refused the request", "Incorrect API key provided")
     assert server.requests == 1, "a rejected key is not retried"
+
+
+# --- 130: interrupted (Ctrl-C), in a process of its own ---------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def started(arguments: list[str], cwd: Path) -> subprocess.Popen:
+    """`loops ...` as a user runs it: its own process, and Ctrl-C reaching it as at a terminal (a suite started in
+    the background ignores SIGINT, which its children would inherit; a handled signal is reset in a child)."""
+    ours = signal.getsignal(signal.SIGINT)
+    if ours is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "loops", *arguments], cwd=cwd, text=True,
+                                env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    finally:
+        signal.signal(signal.SIGINT, ours)
+
+
+def interrupted_at(server, tenant: str, request: int, process: subprocess.Popen) -> tuple[str, str]:
+    """Ctrl-C to `process` once the server has received its `request`-th request (which hangs), and its output."""
+    waited = time.monotonic() + 120
+    while server.received[tenant] < request:
+        assert process.poll() is None and time.monotonic() < waited, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    return process.communicate(timeout=60)
+
+
+DSL_PROGRAM = """(defatom user:draft (params (topic string)) (instructions "A line about {{topic}}.")
+  (returns (line string)))
+(defatom user:polish (params (line string)) (instructions "Polish {{line}}.") (returns (polished string)))
+(user:polish (line (get-field (user:draft (topic "rain")) "line")))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["refine", "A haiku about tea", "--max-iterations", "1"],
+                                     ["run", "two_atoms.sexp"]])
+def test_ctrl_c_says_what_is_kept_and_the_command_that_resumes_and_the_command_resumes(tmp_path, command):
+    (tmp_path / "two_atoms.sexp").write_text(DSL_PROGRAM)
+    with faulty_openai() as server:
+        server.faults[("t", 2)] = "hang"  # the second role call's request: the first one finished and is recorded
+        model = ["--model", "openai/smollm2", "--api-base", server.base_url("t")]
+        process = started([*command, *model, "--checkpoint", "runs.db", "--trace", "trace.jsonl"], tmp_path)
+        _, stderr = interrupted_at(server, "t", 2, process)
+
+        assert process.returncode == 130, stderr
+        said = re.fullmatch(r"interrupted: the role calls that finished are kept in runs\.db, run '(run-[0-9-]+)'; "
+                            r"`(loops .+)` resumes it without repeating them; trace\.jsonl holds the role calls that "
+                            r"finished", stderr.splitlines()[-1])
+        assert said, stderr
+        run_id, resume = said.groups()
+        assert shlex.split(resume) == ["loops", *command, *model, "--checkpoint", "runs.db", "--trace",
+                                       "trace.jsonl", "--run-id", run_id]
+        assert len((tmp_path / "trace.jsonl").read_text().splitlines()) == 1, "the role call that finished"
+
+        resumed = subprocess.run([sys.executable, "-m", *shlex.split(resume)], cwd=tmp_path, capture_output=True,
+                                 text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+        assert resumed.returncode in (0, 1), resumed.stderr
+        sent = server.received["t"] - 2
+    calls = re.search(r"LM calls: (\d+) \(\+1 replayed\)", resumed.stdout)
+    assert calls and int(calls.group(1)) == sent >= 1, resumed.stdout  # the call that had finished: from its record
+
+
+@pytest.mark.slow
+def test_ctrl_c_without_a_checkpoint_says_nothing_is_kept_to_resume_from(tmp_path):
+    with faulty_openai() as server:
+        server.faults[("t", 1)] = "hang"
+        process = started(["fix", "Write add(a, b)", "-t", CHECK_ADD, "--workspace", "ws", "--model", "openai/smollm2",
+                           "--api-base", server.base_url("t")], tmp_path)
+        _, stderr = interrupted_at(server, "t", 1, process)
+
+    assert process.returncode == 130, stderr
+    assert stderr.splitlines()[-1] == ("interrupted: nothing is kept to resume from (no --checkpoint FILE, which an "
+                                       "interrupted run resumes from)")
+    assert "Traceback" not in stderr
 
 
 # --- help -------------------------------------------------------------------------------------

@@ -1,14 +1,17 @@
 """End to end on the real embedded model (SmolLM2-135M via llama.cpp): short loops, offline."""
 
+import re
 import sys
 
 import dspy
 import pytest
+from typer.testing import CliRunner
 
 import loops.lm
 import loops.lm.embedded
 from loops import CreatorCriticIterator, ExecuteValidateController, Workspace
 from loops.adapters import CompactJSONAdapter
+from loops.cli import app
 from loops.lm import local_lm
 from loops.profile import adapter_for
 
@@ -93,3 +96,22 @@ def test_the_run_deadline_ends_an_embedded_generation_in_flight(driver):
     assert elapsed < 1.5 + 0.5, f"the run overran its deadline by {elapsed - 1.5:.2f}s"
     assert result.trace[-1].error == "abandoned at the deadline"
     assert result.lm_calls == len(result.trace)  # the abandoned request counts
+
+
+def test_a_prompt_longer_than_the_models_context_ends_the_run_as_a_limit_before_it_is_sent(embedded):
+    requirements = "Write one sentence about " + "the sea and the sky, " * 1500  # about 9,000 tokens: over 8,192
+
+    result = CreatorCriticIterator(max_iterations=2)(requirements=requirements)
+
+    assert (result.stop_reason, result.lm_calls, result.success) == ("context_limit", 0, False)
+    assert re.fullmatch(r"a prompt of \d{4,5} tokens does not fit the embedded model's context of 8192 tokens "
+                        r"\(shorter inputs or a smaller history_window keep a role's prompt within it\)",
+                        result.warnings[-1]), result.warnings
+
+
+def test_the_command_exits_1_for_a_prompt_over_the_models_context_as_for_any_limit():
+    outcome = CliRunner().invoke(app, ["refine", "Write about " + "the sea and the sky, " * 1500])
+
+    assert outcome.exit_code == 1, outcome.output
+    assert "stop reason: context_limit" in outcome.stdout
+    assert "does not fit the embedded model's context of 8192 tokens" in " ".join(outcome.stdout.split())

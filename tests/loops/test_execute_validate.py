@@ -386,14 +386,16 @@ async def test_async_phases_are_awaited_by_aforward():
 
 
 @pytest.mark.parametrize(("options", "inputs", "error", "message"), [
-    ({}, {"initial_input": None}, ConfigurationError, "initial_input is None"),
-    ({}, {"initial_input": 42}, ConfigurationError, "the built-in executor needs a str or a dict"),
+    ({}, {"initial_input": None}, ConfigurationError,
+     "initial_input must be a task: a non-empty str, or a dict with a 'prompt' str, got None"),
+    ({}, {"initial_input": 42}, ConfigurationError, "initial_input must be a task: a non-empty str, or a dict"),
     ({"target_file": "../outside.py"}, {}, ConfigurationError,
      "the target file cannot be written: workspace file path '../outside.py' escapes the workspace root"),
     ({}, {"initial_input": {"prompt": "t", "target_file": "/etc/solution.py"}}, ConfigurationError,
      "workspace file path '/etc/solution.py' is absolute"),
     ({"target_file": "pkg/"}, {}, ConfigurationError, "'pkg/' ends with a separator, so it names a directory"),
-    ({}, {"test_command": 123}, ConfigurationError, "the test command must be a string, got 123 (int)"),
+    ({}, {"test_command": 123}, ConfigurationError, "test_command must be a command line (a non-empty str), got 123"),
+    ({}, {"test_command": "true\x00"}, ConfigurationError, "holds a NUL character (\\x00), which no command line"),
     ({}, {"test_command": "no-such-executable-xyz --run"}, CommandNotFoundError,
      "executable 'no-such-executable-xyz' not found on PATH"),
 ])

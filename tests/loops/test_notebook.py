@@ -5,10 +5,12 @@ import sys
 import dspy
 import pytest
 
+import loops
 from loops.errors import MissingDependencyError
-from loops.notebook import TRACE_COLUMNS, plot_run, trace_frame
+from loops.notebook import TRACE_COLUMNS, plot_run, plot_timeline, timeline_html, trace_frame
 from loops.runtime import LoopResult
 from tests.loops.sample_runs import code_run, director_run, refine_run
+from tests.loops.test_long_loops import never_approving
 from tests.scripted import scripted_lm
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -125,3 +127,53 @@ def test_a_dsl_loop_plots_each_atom_calls_tokens_once():
     assert [step.role for step in result.trace] == ["user:write", "creator", "critic", "program"]
     assert [label.get_text() for label in tokens_axes.get_xticklabels()] == ["user:write"]
     assert max(patch.get_y() + patch.get_height() for patch in tokens_axes.patches) == 15
+
+
+# --- the timeline ---------------------------------------------------------------------------------------------
+
+
+def test_the_timeline_draws_a_lane_per_role_and_a_bar_per_call_from_when_it_started():
+    result = refine_run()
+
+    figure = plot_timeline(result)
+
+    lanes, totals = figure.axes[:2]
+    assert [label.get_text() for label in lanes.get_yticklabels()] == ["creator", "critic", "iterator"]
+    bars = [bar for container in lanes.containers for bar in container]
+    assert len(bars) == len(result.trace)
+    starts = [bar.get_x() for bar in bars]
+    assert starts[0] == 0.0 and starts == sorted(starts)  # the calls in the order they started
+    assert [text.get_text().strip() for text in lanes.texts] == ["needs revision (2/3 criteria)",
+                                                                 "approved (3/3 criteria)"]
+    assert max(totals.lines[0].get_ydata()) == result.tokens  # every call's tokens, added up as they end
+
+
+def test_the_timeline_shows_a_pause_for_a_person_shortened_the_resume_and_the_limit_that_stopped_it(tmp_path):
+    path, lm = tmp_path / "runs.db", scripted_lm(never_approving)
+    loop = loops.CreatorCriticIterator(max_iterations=3, critic=loops.human(interactive=False))
+    with dspy.context(lm=lm):
+        loop(requirements="a slogan", checkpoint=path, run_id="r1")
+    loops.answer(path, "r1", approved="false", feedback="Name the bottle")
+    with dspy.context(lm=lm):
+        resumed = loop(requirements="a slogan", checkpoint=path, run_id="r1", max_lm_calls=2)
+    resumed.trace[0].started_at -= 3600  # the first process ran an hour before the person answered
+
+    figure = plot_timeline(resumed)
+
+    lanes = figure.axes[0]
+    texts = [text.get_text().strip() for text in lanes.texts]
+    assert "paused 1h 0m" in texts and "limit: lm_calls" in texts
+    assert [label.get_text() for label in lanes.get_yticklabels()] == ["creator", "critic (a person)", "iterator"]
+    assert lanes.get_xlim()[1] < 60  # the hour is drawn narrow, not to scale
+    assert [entry.get_text() for entry in lanes.get_legend().get_texts()] == ["LLM role", "a person", "replayed"]
+
+
+def test_a_run_paused_for_a_person_ends_its_timeline_saying_so_and_the_page_holds_it(tmp_path):
+    lm = scripted_lm(never_approving)
+    with dspy.context(lm=lm):
+        paused = loops.CreatorCriticIterator(critic=loops.human(interactive=False))(
+            requirements="a slogan", checkpoint=tmp_path / "runs.db", run_id="r")
+
+    assert "paused: waiting for the critic" in [text.get_text().strip() for text in plot_timeline(paused).axes[0].texts]
+    page = timeline_html(paused)
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page and page.count("<tr><td>") == 1

@@ -152,8 +152,8 @@ def test_batch_streams_a_record_per_example_and_a_rerun_skips_them(monkeypatch, 
     again = invoke("batch", "refine", "--data", "builtin:writing", "--out", out)
 
     assert first.exit_code == 0, first.output
-    assert "8 finished (8 succeeded), 0 failed, 0 already in" in first.output
-    assert "0 finished (0 succeeded), 0 failed, 8 already in" in again.output
+    assert "8 ran: 8 succeeded, 0 did not; 0 already in" in first.output
+    assert "0 ran: 0 succeeded, 0 did not; 8 already in" in again.output
     found = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(record["id"] for record in found) == [str(n) for n in range(8)]
     assert all(record["score"] == 1.0 for record in found)

@@ -29,7 +29,7 @@ from loops.lm import MODEL, REMOTE_MAX_TOKENS, ServerEngine, ServerLM, resolve
 from loops.profile import adapter_for
 from loops.runtime import is_transient, setup_error
 from loops.saving import lm_reference
-from tests.loops.fake_openai import LLAMA_CPP_REFUSAL, answer_content
+from tests.loops.fake_openai import LLAMA_CPP_REFUSAL, answer_content, faulty_openai
 from tests.scripted import scripted_lm
 
 
@@ -388,6 +388,30 @@ async def test_a_server_that_is_not_there_is_a_transient_transport_error(asynchr
         await lm.acall("Hi") if asynchronous else lm("Hi")
     assert is_transient(caught.value)
     caught.match(rf"cannot reach the server at (http://)?127\.0\.0\.1:{port}")  # the URL (httpx), host:port (aiohttp)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_a_truncated_answer_is_said_as_what_happened_not_as_a_server_out_of_reach(asynchronous):
+    with faulty_openai() as server:
+        server.faults[("t", 1)] = "truncated"  # a 200 whose body stops half-way, then the connection closes
+        lm = resolve("openai/smollm2", api_base=server.base_url("t")).copy(cache=False)
+        with pytest.raises(LM_ERRORS.LMTransportError) as caught:
+            await lm.acall("Hi") if asynchronous else lm("Hi")
+        assert server.received["t"] == 1
+    assert is_transient(caught.value), "a broken-off answer is worth another try"
+    caught.match(rf"the server at (http://)?127\.0\.0\.1:{server.server_address[1]}\S* closed the connection before "
+                 r"its answer was complete \(a truncated response, or none\)")  # the URL (httpx), host:port (aiohttp)
+    assert "cannot reach" not in str(caught.value)
+
+
+def test_a_truncated_answer_ends_the_run_saying_so_in_the_commands_output():
+    with faulty_openai() as server:
+        server.faults.update({("t", number): "truncated" for number in range(1, 4)})  # every attempt of the creator
+        outcome = CliRunner().invoke(app, ["refine", "x", "--model", "openai/smollm2", "--api-base",
+                                           server.base_url("t"), "--timeout", "60"])
+    assert outcome.exit_code == 3, outcome.output
+    shown = " ".join(outcome.output.split())
+    assert "closed the connection before its answer was complete" in shown and "cannot reach" not in shown
 
 
 def test_a_refused_connection_names_the_address_in_the_commands_output():

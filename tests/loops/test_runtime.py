@@ -3,6 +3,7 @@ reach the developer, work that is never lost, limits that hold and counts that a
 
 import asyncio
 import json
+import os
 import random
 import shlex
 import sys
@@ -29,6 +30,7 @@ from loops import (
     Step,
     Workspace,
 )
+from loops.checkpoint import MemoryStore
 from loops.errors import DeadlinePassed
 from loops.lm import LlamaEngine
 from loops.runtime import RESULT_FIELDS, failure_action
@@ -144,13 +146,25 @@ MISTAKES = {
     "requirements=None": ("creator_critic", {}, {"requirements": None}, ConfigurationError,
                           "requirements must be a non-empty str"),
     "initial_input=None (EVC)": ("execute_validate", {}, {"initial_input": None}, ConfigurationError,
-                                 "initial_input is None"),
+                                 "initial_input must be a task"),
     "initial_input=None (Director)": ("director", {}, {"initial_input": None}, ConfigurationError,
                                       "initial_input must be a goal"),
     "a missing executable": ("execute_validate", {}, {"test_command": "no-such-tool-xyz -q"}, CommandNotFoundError,
                              "executable 'no-such-tool-xyz' not found"),
     "a target file outside the workspace": ("execute_validate", {"target_file": "../../escape.py"}, {},
                                             ConfigurationError, "(is outside|escapes) the workspace"),
+    "a byte that is not UTF-8 (a command line's)": (
+        "creator_critic", {}, {"requirements": os.fsdecode(b"A haiku \xff")}, ConfigurationError,
+        r"^requirements is not UTF-8 text: it holds the byte 0xff \(not UTF-8\) at character 9$"),
+    "a lone surrogate": ("director", {}, {"initial_input": "A goal \ud800"}, ConfigurationError,
+                         r"^initial_input is not UTF-8 text: it holds a lone surrogate U\+D800 \(no character\)"),
+    "a NUL in the test command": ("execute_validate", {}, {"test_command": "true\x00"}, ConfigurationError,
+                                  r"holds a NUL character \(\\x00\), which no command line can carry"),
+    "a misspelt input": ("creator_critic", {}, {"requirement": "a haiku"}, ConfigurationError,
+                         r"unknown input or option 'requirement' \(did you mean 'requirements'\?\)"),
+    "a run id that is not UTF-8": ("creator_critic", {}, {"checkpoint": MemoryStore(), "run_id": os.fsdecode(b"r\xff")},
+                                   ConfigurationError, r"run_id must be a non-empty str of UTF-8 text, got 'r\\udcff' "
+                                   r"\(it holds the byte 0xff \(not UTF-8\) at character 2\)"),
 }
 
 
@@ -169,6 +183,20 @@ def test_a_developers_mistake_raises_before_any_lm_call(mistake, tmp_path):
     with context, pytest.raises(error, match=message):
         module(**{**inputs, **overrides})
 
+    assert requests(lm) == 0
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_a_call_without_its_inputs_raises_one_configuration_error_naming_each(pattern, tmp_path):
+    module, inputs = build(pattern, tmp_path)
+    lm = scripted_lm(responder())
+
+    with dspy.context(lm=lm), pytest.raises(ConfigurationError) as raised:
+        module()
+
+    said = str(raised.value)
+    assert said == "; ".join(f"no {name!r} ({module.input_contract.inputs[name].about}): it is required"
+                             for name in inputs), said
     assert requests(lm) == 0
 
 
@@ -209,6 +237,8 @@ class RefusingLM(dspy.BaseLM):
         raise self.error
 
 
+# RefusingLM is DSPy's legacy BaseLM.forward interface on purpose (no error translation), which DSPy 3.4 warns of.
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize("error", [
     AuthError("invalid api key", provider="openai"), UnknownModelError("no such model"),
     UnsupportedModelError("unsupported"), AuthenticationError("invalid api key"), NotFoundError("model not found"),

@@ -4,6 +4,7 @@ Execute–Validate loop in a fresh workspace each, scored by its metric."""
 from __future__ import annotations
 
 import json
+import re
 
 import dspy
 import pytest
@@ -64,6 +65,21 @@ def test_a_bad_line_is_named_by_its_line_in_the_file(tmp_path):
     data.write_text('{"requirements": "a"}\n["b"]\n')
     with pytest.raises(ConfigurationError, match="line 2: a JSON list, not an object"):
         jsonl(data)
+
+
+def test_every_bad_line_is_named_in_one_error_not_only_the_first(tmp_path):
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join('{"requirements": "a"}\n' if number % 3 else f"not JSON {number}\n"
+                            for number in range(36)))
+
+    with pytest.raises(ConfigurationError) as raised:
+        jsonl(data)
+
+    said = str(raised.value)
+    assert "\n" not in said
+    assert said.startswith(f"{str(data)!r}, line 1: not JSON (Expecting value, column 1); line 4: ")
+    assert [int(number) for number in re.findall(r"line (\d+)", said)] == [1, 4, 7, 10, 13, 16, 19, 22, 25, 28]
+    assert said.endswith("; and 2 more lines (each line must be one JSON object)")
 
 
 def test_a_file_that_is_not_utf8_is_a_one_line_configuration_error(tmp_path):

@@ -102,6 +102,17 @@ def test_syntax_errors_are_raised_at_compile_time_with_the_file_position(tmp_pat
     assert str(raised.value).startswith(f"{path}:2:1: malformed if")
 
 
+def test_a_lone_surrogate_in_an_atoms_text_is_a_syntax_error_at_its_place_that_prints():
+    source = '(defatom user:note (params (topic string))\n  (instructions "A note \ud800 on {{topic}}"))'
+    with pytest.raises(DslSyntaxError) as raised:
+        compile_program(source)
+    shown = str(raised.value)
+    assert shown.startswith("<string>:2:25: the program is not UTF-8 text: it holds a lone surrogate U+D800"), shown
+    assert "A note \ufffd on" in shown and shown.endswith("\n" + " " * 28 + "^")
+    shown.encode("utf-8")  # printable: the excerpt shows U+FFFD in its place
+    assert raised.value.text.encode("utf-8") and raised.value.offset == 25  # what Python's traceback prints
+
+
 def test_a_program_file_compiles_from_its_path(tmp_path):
     path = tmp_path / "double.sexp"
     path.write_text("(* 2 n)")

@@ -124,13 +124,27 @@ def test_the_shell_command_tool_uses_no_shell_and_checks_its_arguments():
     command = _quoted(_command("print(1)") + "; echo no")
     result = shell().eval_source(f"(system:execute_shell_command (command {command}))")
     assert result["exit_code"] == 0 and result["stdout"] == "1\n"
-    with pytest.raises(CommandNotFoundError) as caught:
+    with pytest.raises(DslValueError, match="no-such-executable-xyz' not found") as caught:
         shell().eval_source('(system:execute_shell_command (command "no-such-executable-xyz"))')
-    assert "called at <string>:1:1" in caught.value.__notes__[0]
+    assert isinstance(caught.value.__cause__, CommandNotFoundError)
     with pytest.raises(DslValueError, match="timeout must be a positive number of seconds, got 0"):
         shell().eval_source('(system:execute_shell_command (command "true") (timeout 0))')
     with pytest.raises(DslTypeError, match="the command must be a string, got 5"):
         shell().eval_source("(system:execute_shell_command (command 5))")
+
+
+@pytest.mark.parametrize(("command", "message"), [
+    ('"echo \'x"', "cannot split the command \"echo 'x\": No closing quotation"),
+    ('"no-such-executable-xyz -q"', "executable 'no-such-executable-xyz' not found"),
+    ('""', "the command is empty; give the command to run"),
+])
+def test_a_command_the_shell_tool_cannot_run_is_an_error_at_its_position_that_speaks_of_a_command(command, message):
+    program = f'(define x 1)\n  (system:execute_shell_command (command {command}))'
+    with pytest.raises(DslValueError) as caught:
+        shell().eval_source(program)
+    shown = str(caught.value)
+    assert shown.startswith(f"<string>:2:3: system:execute_shell_command: {message}"), shown
+    assert shown.endswith("\n      ^") and "test command" not in shown
 
 
 @pytest.mark.parametrize("program", [
