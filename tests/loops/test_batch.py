@@ -161,19 +161,21 @@ def test_a_configuration_error_stops_the_batch_with_nothing_of_it_recorded(tmp_p
 
 
 # Rows that are JSON but that the program refuses, each with what it is told (the example's inputs are every key
-# but its id): the wrong kind of value, a key it does not take, a limit (data are inputs), no requirements at all.
+# but its id, its own checks among them): the wrong kind of value, a key it does not take, a limit (data are
+# inputs), no requirements at all.
 REFUSED = [
     ({"requirements": None}, "requirements must be a non-empty str, got None"),
     ({"requirements": 12}, "requirements must be a non-empty str, got 12"),
     ({"requirements": ""}, "requirements must be a non-empty str, got ''"),
     ({"requirements": ["a", "list"]}, "requirements must be a non-empty str, got ['a', 'list']"),
     ({"requirements": "y", "requirment": "a typo"}, "unknown input 'requirment' (did you mean 'requirements'?); "
-                                                    "the inputs are requirements, context"),
+                                                    "the inputs are requirements, context, checks"),
     ({"requirements": "y", "timeout_s": -1}, "'timeout_s' is an option of the run (a limit, a checkpoint), not an "
-                                             "input: data holds inputs only; the inputs are requirements, context"),
+                                             "input: data holds inputs only; the inputs are requirements, context, "
+                                             "checks"),
     ({"requirements": "y", "max_iterations": 4}, "'max_iterations' is an option of the run"),
     ({"requirment": "typo key"}, "unknown input 'requirment' (did you mean 'requirements'?); the inputs are "
-                                 "requirements, context; no 'requirements' (what to create): it is required"),
+                                 "requirements, context, checks; no 'requirements' (what to create): it is required"),
     ({"requirements": "caf\udce9"}, "requirements is not UTF-8 text: it holds the byte 0xe9 (not UTF-8) at "
                                     "character 4"),
 ]
