@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
            "EXIT_USAGE", "KINDS", "AdapterName", "CheckOption", "CheckpointOption", "HumanOption", "Judge",
            "ModelChoice", "Policy", "RunOptions", "ShellGrant", "Telemetry", "TimeoutOption", "TraceOption", "console",
-           "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program", "name_value_pairs", "people",
-           "with_options"]
+           "dsl_errors_exit_usage", "exit_code", "judged_by", "kind_class", "load_program", "name_value_pairs",
+           "people", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
@@ -101,6 +101,14 @@ def people(kind: str, roles: list[str] | None) -> dict[str, Any]:
     if unknown:
         raise ConfigurationError(f"--human {unknown[0]}: the roles of {kind} are {', '.join(known)}")
     return {role: human() for role in roles}
+
+
+def judged_by(role: str, choice: Any, people: dict[str, Any]) -> dict[str, Any]:
+    """The judging role's option (`--critic`, `--evaluator`: checks or llm) and the people of `--human`, as one set
+    of the program's arguments: a person in that role's place is the judge, so both is a usage error."""
+    if choice is not None and role in people:
+        raise ConfigurationError(f"--{role} {choice.value} and --human {role} both choose the {role}: give one")
+    return {role: choice.value if choice is not None else None, **people}
 
 
 def kind_class(kind: str) -> type | None:

@@ -15,6 +15,7 @@ from loops.cli.options import (
     Policy,
     RunOptions,
     console,
+    judged_by,
     load_program,
     people,
     with_options,
@@ -50,8 +51,8 @@ def refine(
     from loops.checks import as_checks
 
     checks = as_checks(check) or None  # a bad spec: one line, exit 2, before any LM call
-    module = load_program("refine", program, max_iterations=max_iterations, checks=checks,
-                          critic=critic.value if critic else None, samples=samples, **people("refine", human))
+    module = load_program("refine", program, max_iterations=max_iterations, checks=checks, samples=samples,
+                          **judged_by("critic", critic, people("refine", human)))
     result, seconds = run_with_progress(module, choice, run.trace, requirements=requirements, context=context,
                                         **run.call_options())
     report(result, seconds, f"final draft ({'approved' if result.success else 'not approved'})")
@@ -140,6 +141,6 @@ def direct(
 
     checks = as_checks(check) or None
     module = load_program("direct", program, max_iterations=max_iterations, checks=checks,
-                          evaluator=evaluator.value if evaluator else None, **people("direct", human))
+                          **judged_by("evaluator", evaluator, people("direct", human)))
     result, seconds = run_with_progress(module, choice, run.trace, initial_input=goal, **run.call_options())
     report(result, seconds, "passed" if result.success else "not passed")

@@ -45,3 +45,14 @@ def test_direct_runs_the_director_loop(tmp_path):
     assert outcome.exit_code == (1 if "not passed" in outcome.output else 0), outcome.output
     roles = [json.loads(line)["role"] for line in trace.read_text().splitlines()]
     assert roles[:3] == ["director", "executor", "evaluator"]
+
+
+def test_a_person_given_the_judging_role_is_the_judge_and_a_judge_chosen_beside_them_is_a_usage_error():
+    from loops import ConfigurationError, human
+    from loops.cli.options import Judge, judged_by
+
+    person = human()
+    assert judged_by("critic", None, {"critic": person}) == {"critic": person}
+    assert judged_by("evaluator", Judge("checks"), {}) == {"evaluator": "checks"}
+    with pytest.raises(ConfigurationError, match="--critic llm and --human critic both choose the critic: give one"):
+        judged_by("critic", Judge("llm"), {"critic": person})
