@@ -143,8 +143,10 @@ def test_the_timeline_draws_a_lane_per_role_and_a_bar_per_call_from_when_it_star
     assert len(bars) == len(result.trace)
     starts = [bar.get_x() for bar in bars]
     assert starts[0] == 0.0 and starts == sorted(starts)  # the calls in the order they started
-    assert [text.get_text().strip() for text in lanes.texts] == ["needs revision (2/3 criteria)",
-                                                                 "approved (3/3 criteria)"]
+    # Each call's outcome: a writing role's is the start of what it wrote (loops.display), a critic's its verdict.
+    assert [text.get_text().strip() for text in lanes.texts] == ["wrote 'first <i>draft</i>'",
+                                                                 "needs revision (2/3 criteria)",
+                                                                 "wrote 'second draft'", "approved (3/3 criteria)"]
     assert max(totals.lines[0].get_ydata()) == result.tokens  # every call's tokens, added up as they end
 
 
