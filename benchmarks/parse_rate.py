@@ -31,7 +31,7 @@ import dspy  # noqa: E402
 from loops import CreatorCriticIterator  # noqa: E402
 from loops.adapters import ADAPTERS  # noqa: E402
 from loops.lm import CONTEXT_TOKENS, model_path, resolve  # noqa: E402
-from loops.lm.embedded import _THREADS  # noqa: E402
+from loops.lm.cores import FreeCores, fixed_threads  # noqa: E402
 
 SERVED_MODEL = "smollm2"  # the name the server answers to (--model_alias): requests say openai/smollm2
 REQUIREMENTS = [
@@ -61,11 +61,13 @@ def llama_server(startup_s: float = 120.0) -> Iterator[str]:
     on exit. Its model is `openai/smollm2` to LiteLLM."""
     port = free_port()
     base_url = f"http://127.0.0.1:{port}/v1"
+    threads = fixed_threads() or FreeCores().update(wait=True)
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path()), "--model_alias", SERVED_MODEL,
                "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(CONTEXT_TOKENS),
-               # The embedded model's threads: the server's default, every core for prompts, spins at barriers
-               # against anything else running (loops.lm), and would make the comparison unfair.
-               "--n_threads", str(_THREADS), "--n_threads_batch", str(_THREADS)]
+               # The embedded model's thread rule, once at the start (loops.lm.cores): the server's default, every
+               # core for prompts, spins at barriers against anything else running, and would make the comparison
+               # unfair.
+               "--n_threads", str(threads), "--n_threads_batch", str(threads)]
     with tempfile.TemporaryFile() as output:  # read back only to explain a server that would not start
         server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
         try:

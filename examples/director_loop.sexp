@@ -4,7 +4,7 @@
 ;; carries it out; the evaluator is plain DSL code (the result must mention every keyword); the
 ;; controller stops on PASS and otherwise asks the director again with what was missing.
 ;;
-;;   loops run examples/director_loop.sexp --set goal="Describe a bicycle" --set keywords="wheels pedals"
+;;   loops run examples/director_loop.sexp --set goal="Describe a teapot" --set keywords="spout handle"
 
 (defatom user:direct
   (params (goal string) (iteration int))

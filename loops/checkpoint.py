@@ -58,8 +58,8 @@ import dspy
 from loops.errors import ConfigurationError, ReplayDivergence, RunError
 
 __all__ = ["CallRecord", "CheckpointStore", "MemoryStore", "QuestionRecord", "Removal", "Replay", "RunRecord",
-           "SQLiteStore", "delete_runs", "open_store", "opened", "program_name", "prune_runs", "stable_hash",
-           "unknown_run", "unpack"]
+           "SQLiteStore", "delete_runs", "open_store", "opened", "program_difference", "program_name", "prune_runs",
+           "stable_hash", "unknown_run", "unpack"]
 
 # What a store may raise when its storage fails: SQLite's errors, the file system's.
 _STORAGE_ERRORS = (sqlite3.Error, OSError)
@@ -162,18 +162,46 @@ def _check_run(run_id: str, found: tuple[str, str] | None, program: str, inputs:
         raise ConfigurationError(f"run_id must be a non-empty str, got {run_id!r}")
     if found is None:
         return
-    if found[0] != program:
-        # A program's fingerprint is its class and a hash of its roles (`LoopModule.fingerprint`): say which differs.
-        recorded, now = (program_name(fingerprint) for fingerprint in (found[0], program))
-        if recorded != now:
-            raise ReplayDivergence(f"run {run_id!r} was recorded by another program ({recorded}, not {now}): resume it "
-                                   "with the command or program that recorded it, or give this run a new run_id")
-        raise ReplayDivergence(
-            f"run {run_id!r} was recorded by another program: a {now} whose roles differ from this one's (a role's "
-            "instructions or fields, or who answers it: an LM, a person as with --human, a custom phase); resume it "
-            "with the options it was recorded with, or give this run a new run_id")
+    difference, recorded, now = program_difference(found[0], program), program_name(found[0]), program_name(program)
+    if difference is not None and recorded != now:
+        raise ReplayDivergence(f"run {run_id!r} was recorded by another program ({recorded}, not {now}): resume it "
+                               "with the command or program that recorded it, or give this run a new run_id")
+    if difference is not None:
+        raise ReplayDivergence(f"run {run_id!r} was recorded by another program, a {now} whose roles differ from "
+                               f"this one's: {difference}; resume it with the options it was recorded with (the same "
+                               "roles, the same --human), or give this run a new run_id")
     if found[1] != inputs:
         raise ReplayDivergence(f"run {run_id!r} was recorded with other inputs: give this run a new run_id")
+
+
+def program_difference(recorded: str, program: str) -> str | None:
+    """What differs between the program a run was recorded for and `program` (their fingerprints,
+    `LoopModule.fingerprint`), in words: the class, or who plays which role; None when they are the same
+    program. A fingerprint recorded before roles were described in it is compared by its identity alone."""
+    (identity, _, roles), (then_identity, _, then_roles) = program.partition(" "), recorded.partition(" ")
+    if identity == then_identity:
+        return None
+    kind, then_kind = identity.split(":")[0], then_identity.split(":")[0]
+    if kind != then_kind:
+        return f"{then_kind} then, {kind} now"
+    if not roles or not then_roles:
+        return ("a role's instructions or fields, or who answers it (an LM, a person as with --human, a custom "
+                "phase)")
+    now, then = (dict(item.split("=", 1) for item in played.split(",")) for played in (roles, then_roles))
+    changed = [_role_change(role, then.get(role), now.get(role)) for role in sorted({*now, *then})
+               if now.get(role) != then.get(role)]
+    return "; ".join(changed) or "the program's text differs"
+
+
+def _role_change(role: str, then: str | None, now: str | None) -> str:
+    if then and now and then.startswith("llm:") and now.startswith("llm:"):
+        return f"the {role}'s prompt (its instructions or fields) differs"
+    return f"the {role} was {_played(then)} then and is {_played(now)} now"
+
+
+def _played(player: str | None) -> str:
+    kind, _, name = (player or "").partition(":")
+    return {"": "not there", "person": "a person", "llm": "the built-in LLM role"}.get(kind, f"the phase {name}")
 
 
 def program_name(fingerprint: str) -> str:

@@ -100,16 +100,18 @@ class Observer(Protocol):
     prediction, None when it raised `error` before it had one), whatever way it ended. A call:
     `role_started(role, iteration)` (the short form a display needs) and `call_started(call)`; an
     `attempt_failed(call, attempt, error, action)` for each attempt that failed (`action`: "reparse" and
-    "retry" ask again, any other ends the call, see `loops.runtime.failure_action`); `step_finished(step)`
-    with the call's trace step; then `call_finished(call, step, error)`, whatever way it ended (`step` None
-    when it recorded none: a limit refused it, it paused for a person). Each LM request the run lets through
-    (`before_request`): `request_sent(run)`, in the thread or task that sends it; its answer, there too:
-    `lm_answered(call_id, model, usage)` (`call_id` is DSPy's id of the LM call, `usage` its token counts).
-    A call answered from the checkpoint's record instead: `step_finished(step)` (`step.replayed` set) and
-    `call_replayed(run, step, nested)`. A limit that stopped the run: `limit_reached(run, limit)`; a pause for
-    a person: `paused(run, question)`; a resumed run taking the answer it paused for: `resumed(run, role)`. A
-    validator's command: `command_started(command)`, `command_finished(command, result, error)`. A batch's
-    example: `example_started(example)`, `example_finished(example, record, error)`.
+    "retry" ask again, any other ends the call, see `loops.runtime.failure_action`); then `call_finished(call,
+    step, error)`, whatever way it ended (`step` None when it recorded none: a limit refused it, it paused for
+    a person). `step_finished(step)` tells of the call's trace step once the loop has moved on from it (at its
+    next call, or the run's end), so that the note the loop added to it is on it. Each LM request the run lets
+    through (`before_request`): `request_sent(run)`, in the thread or task that sends it; its answer, there
+    too: `lm_answered(call_id, model, usage)` (`call_id` is DSPy's id of the LM call, `usage` its token
+    counts). A call answered from the checkpoint's record instead: `call_replayed(run, step, nested)`, and
+    `step_finished(step)` (`step.replayed` set) once the loop has moved on. A limit that stopped the run:
+    `limit_reached(run, limit)`; a pause for a person: `paused(run, question)`; a resumed run taking the
+    answer it paused for: `resumed(run, role)`. A validator's command: `command_started(command)`,
+    `command_finished(command, result, error)`. A batch's example: `example_started(example)`,
+    `example_finished(example, record, error)`.
 
     `scope(what)`, given a `RunInfo`, `CallInfo` or `ExampleInfo`, returns a context manager that the
     runtime holds open while that run, call or example does its work, in the thread or task doing it (e.g.

@@ -50,12 +50,12 @@ __all__ = [
     "DIRECTOR",
     "DIRECTOR_INPUTS",
     "EXECUTE_VALIDATE",
-    "UNJUDGED",
     "EXECUTE_VALIDATE_INPUTS",
     "MISSING",
     "VALUE_KINDS",
     "Input",
     "InputContract",
+    "UNJUDGED",
     "PhaseContract",
     "Verdict",
     "as_validation",
@@ -65,10 +65,10 @@ __all__ = [
     "decision",
     "field_of",
     "files_of",
-    "judge",
     "as_text",
     "first_non_text",
     "not_text",
+    "judge",
     "outcome_passed",
     "short_repr",
     "verdict_approved",
@@ -237,22 +237,34 @@ VALUE_KINDS: Mapping[str, tuple[str, Callable[[Any], bool]]] = {
 @dataclass(frozen=True)
 class Input:
     """One input of a pattern's call: what it is (`about`), what the built-in phases that read it (`read_by`) need
-    it to be (`kind`, a key of `VALUE_KINDS`), what it must be when none of them runs (`custom`), and its default
-    (`MISSING`: it is required)."""
+    it to be (`kind`, a key of `VALUE_KINDS`), what it must be when none of them runs (`custom`), its default
+    (`MISSING`: it is required), and its default when none of them runs (`custom_default`: a validator of the
+    caller's own needs no test command, and is given "")."""
 
     about: str
     kind: str
     read_by: tuple[str, ...]
     custom: str = "value"
     default: Any = MISSING
+    custom_default: Any = MISSING
 
-    @property
-    def required(self) -> bool:
-        return self.default is MISSING
+    def read_in(self, builtin: Collection[str]) -> bool:
+        """Whether a built-in phase reads it in a program whose built-in phases are `builtin`."""
+        return any(role in builtin for role in self.read_by)
 
     def kind_in(self, builtin: Collection[str]) -> str:
         """What it must be in a program whose built-in phases are `builtin`: `kind` if one of them reads it."""
-        return self.kind if any(role in builtin for role in self.read_by) else self.custom
+        return self.kind if self.read_in(builtin) else self.custom
+
+    def default_in(self, builtin: Collection[str]) -> Any:
+        """Its default in a program whose built-in phases are `builtin` (`MISSING`: it is required there)."""
+        return self.default if self.default is not MISSING or self.read_in(builtin) else self.custom_default
+
+    def missing(self, name: str) -> str:
+        """What a call that does not give it is told."""
+        unneeded = "" if self.custom_default is MISSING else (
+            f" by the built-in {' and '.join(self.read_by)} (a {self.read_by[0]}= of your own needs none)")
+        return f"no {name!r} ({self.about}): it is required{unneeded}"
 
 
 @dataclass(frozen=True)
@@ -286,8 +298,8 @@ class InputContract:
                              f"{self._naming()}")
         for name, spec in self.inputs.items():
             if name not in given or given[name] is MISSING:
-                if spec.required:
-                    found.append(f"no {name!r} ({spec.about}): it is required")
+                if spec.default_in(builtin) is MISSING:
+                    found.append(spec.missing(name))
                 continue
             value = given[name]
             expected, fits = VALUE_KINDS[spec.kind_in(builtin)]
@@ -337,24 +349,23 @@ def first_non_text(text: str) -> tuple[int, str] | None:
     return found.start(), f"a lone surrogate U+{code:04X} (no character)"
 
 
-# A call's (a batch example's) own checks, besides the program's: short forms or callables (`loops.checks`).
-_CALL_CHECKS = Input("checks held besides the program's (loops.checks)", "anything", (), custom="anything",
-                     default=None)
+_CHECKS = "the call's checks, beside the loop's own: callables of the draft, or short forms such as 'max-words=40'"
 
 CREATOR_CRITIC_INPUTS = InputContract({
     "requirements": Input("what to create", "text", ("creator", "critic", "iterator")),
     "context": Input("background for the creator", "any text", ("creator",), default=""),
-    "checks": _CALL_CHECKS,
+    "checks": Input(_CHECKS, "anything", ("critic",), custom="anything", default=None),
 })
 
 EXECUTE_VALIDATE_INPUTS = InputContract({
     "initial_input": Input("the task", "task", ("executor",)),
-    "test_command": Input("the command whose exit code 0 means done", "command", ("validator",), custom="anything"),
+    "test_command": Input("the command whose exit code 0 means done, e.g. 'python -m pytest -q'", "command",
+                          ("validator",), custom="anything", custom_default=""),
 })
 
 DIRECTOR_INPUTS = InputContract({
     "initial_input": Input("the goal", "goal", ("director",)),
-    "checks": _CALL_CHECKS,
+    "checks": Input(_CHECKS, "anything", ("evaluator",), custom="anything", default=None),
 })
 
 

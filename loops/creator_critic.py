@@ -108,8 +108,8 @@ class CreatorCriticIterator(LoopModule):
     call). Their rules are stated to the creator, the iterator and the critic (appended to the
     requirements, unless the requirements state them already). `critic="checks"` approves a draft when
     every check holds and asks no critic; `critic="llm"` asks the built-in critic once they hold; left
-    unset, the checks alone on the embedded model (its critic's verdict was measured to be noise), the
-    LLM critic on any other. `samples=n` draws n candidates per iteration, each checked for free, the
+    unset, the checks alone on a small model such as the embedded one (its critic's verdict was measured
+    to be noise), the LLM critic on any other. `samples=n` draws n candidates per iteration, each checked for free, the
     first that holds every check taken (else the best): in the first iteration the creator's (greedy,
     then seeded samples; `loops.prose.prose_draws`), in later ones the iterator's revision of the best
     draft so far (of equal ones the latest), then fresh drafts of the creator with the failed rules
@@ -123,7 +123,8 @@ class CreatorCriticIterator(LoopModule):
     `plain_text=True` has the built-in creator and iterator answer with the text itself (no JSON, no
     reasoning), at most `loops.prose` defaults' `max_tokens`; `examples=True` shows the creator worked
     examples (`loops.prose.WORKED_DRAFTS`; an optimized creator's own demos instead). Left unset, these
-    and `samples` follow the creator's model (`loops.prose.prose_defaults`).
+    and `samples` follow the creator's model (`loops.prose.prose_defaults`): on (and several samples) for a
+    small model (the embedded one, or any whose profile is small, `loops.profile`), off otherwise.
     """
 
     contracts = CREATOR_CRITIC
@@ -159,24 +160,27 @@ class CreatorCriticIterator(LoopModule):
 
     def forward(self, requirements: Any = MISSING, context: Any = "", checks: Any = None,
                 **limits: Any) -> dspy.Prediction:
-        inputs = self._checked_inputs(limits, {"requirements": requirements, "context": context, "checks": checks})
-        return self._forward(limits, **{**inputs, "checks": self._run_checks(inputs["checks"])})
+        inputs = {"requirements": requirements, "context": context, "checks": checks}
+        return self._forward(limits, **self._inputs_of_call(limits, inputs))
 
     async def aforward(self, requirements: Any = MISSING, context: Any = "", checks: Any = None,
                        **limits: Any) -> dspy.Prediction:
-        inputs = self._checked_inputs(limits, {"requirements": requirements, "context": context, "checks": checks})
-        return await self._aforward(limits, **{**inputs, "checks": self._run_checks(inputs["checks"])})
-
-    def _check_inputs(self, requirements: Any, context: Any, checks: Any) -> None:
-        self._run_checks(checks)  # a check that cannot be read is said before any LM call (a batch's example's too)
-
-    def _run_checks(self, checks: Any) -> tuple[Check, ...]:
-        """The run's checks: the module's, then the call's."""
-        return checks_of_call(self.checks, checks,
-                              alone=self._critic == "checks" and "critic='checks' approves a draft")
+        inputs = {"requirements": requirements, "context": context, "checks": checks}
+        return await self._aforward(limits, **self._inputs_of_call(limits, inputs))
 
     def _builtin_phases(self) -> frozenset[str]:
         return self._builtin
+
+    def _inputs_of_call(self, limits: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+        """The call's inputs, checked (`_checked_inputs`), with the run's checks: the module's, then the call's."""
+        given = self._checked_inputs(limits, inputs)
+        return {**given, "checks": self._run_checks(given["checks"])}
+
+    def _check_inputs(self, checks: Any = None, **inputs: Any) -> None:
+        self._run_checks(checks)
+
+    def _run_checks(self, given: Any) -> tuple[Check, ...]:
+        return checks_of_call(self.checks, given, alone=self._critic == "checks" and "critic='checks' approves a draft")
 
     def settings(self, checks: bool | None = None) -> dict[str, Any]:
         """How a run started now writes and judges: plain text, worked examples, the cap, candidates per

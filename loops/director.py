@@ -17,7 +17,7 @@ in plain text, capped in length, and is shown worked examples.
 A user's checks (`checks=`, `loops.checks`) run first on every result, for free, and what a result comes
 to is the one verdict rule (`loops.contracts.judge`): no PASS while a check fails, whatever the evaluator
 says, and the failed checks' messages are the feedback; `evaluator="checks"` lets the checks alone pass a
-result (no evaluator call), the default on the embedded model when checks are given.
+result (no evaluator call), the default on a small model (the embedded one) when checks are given.
 
 Under the built-in evaluator lies a programmatic floor (`loops.junk.is_junk`): junk (an empty result,
 the goal read back, a placeholder, no letters at all, such as `][`) never passes, whatever the LLM
@@ -80,7 +80,8 @@ class DirectorExecutorEvaluatorController(LoopModule):
     result fails without asking the LLM. `plain_text=True` has the built-in executor answer with the
     result itself (no JSON), at most `loops.prose` defaults' `max_tokens`; `examples=True` shows it
     worked examples (`loops.prose.WORKED_DRAFTS`; an optimized executor's own demos instead). Left
-    unset, both follow the executor's model (`loops.prose.prose_defaults`): on for the embedded model.
+    unset, both follow the executor's model (`loops.prose.prose_defaults`): on for a small model (the
+    embedded one, or any whose profile is small, `loops.profile`).
 
     `checks=[...]` (callables of the result, or short forms such as `"max-words=40"`; a call may add its own)
     run on every execution result before the evaluator, each traced as a `checks` step; their rules are
@@ -125,23 +126,26 @@ class DirectorExecutorEvaluatorController(LoopModule):
         ) if (role != "evaluator" or evaluator != "checks") and self._set_phase(role, phase, builtin))
 
     def forward(self, initial_input: Any = MISSING, checks: Any = None, **limits: Any) -> dspy.Prediction:
-        inputs = self._checked_inputs(limits, {"initial_input": initial_input, "checks": checks})
-        return self._forward(limits, **{**inputs, "checks": self._run_checks(inputs["checks"])})
+        return self._forward(limits, **self._inputs_of_call(limits, {"initial_input": initial_input, "checks": checks}))
 
     async def aforward(self, initial_input: Any = MISSING, checks: Any = None, **limits: Any) -> dspy.Prediction:
-        inputs = self._checked_inputs(limits, {"initial_input": initial_input, "checks": checks})
-        return await self._aforward(limits, **{**inputs, "checks": self._run_checks(inputs["checks"])})
-
-    def _check_inputs(self, initial_input: Any, checks: Any) -> None:
-        self._run_checks(checks)  # a check that cannot be read is said before any LM call (a batch's example's too)
-
-    def _run_checks(self, checks: Any) -> tuple[Check, ...]:
-        """The run's checks: the module's, then the call's."""
-        return checks_of_call(self.checks, checks,
-                              alone=self._evaluator == "checks" and "evaluator='checks' passes a result")
+        inputs = {"initial_input": initial_input, "checks": checks}
+        return await self._aforward(limits, **self._inputs_of_call(limits, inputs))
 
     def _builtin_phases(self) -> frozenset[str]:
         return self._builtin
+
+    def _inputs_of_call(self, limits: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+        """The call's inputs, checked (`_checked_inputs`), with the run's checks: the module's, then the call's."""
+        given = self._checked_inputs(limits, inputs)
+        return {**given, "checks": self._run_checks(given["checks"])}
+
+    def _check_inputs(self, checks: Any = None, **inputs: Any) -> None:
+        self._run_checks(checks)
+
+    def _run_checks(self, given: Any) -> tuple[Check, ...]:
+        return checks_of_call(self.checks, given,
+                              alone=self._evaluator == "checks" and "evaluator='checks' passes a result")
 
     def settings(self, checks: bool | None = None) -> dict[str, Any]:
         """How the built-in executor writes in a run started now, and who passes a result (`evaluator`:

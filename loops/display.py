@@ -26,8 +26,10 @@ __all__ = [
     "result_text",
     "step_html",
     "step_judgement",
+    "checks_held",
     "step_outcome",
     "step_role",
+    "step_verdict",
 ]
 
 _SHORT = 100  # characters of a value shown in a summary before it is cut
@@ -67,9 +69,56 @@ def step_judgement(step: Any) -> tuple[str, float] | None:
     return None
 
 
+def step_verdict(step: Any) -> bool | None:
+    """Whether a judging step passed the work as the loop took it: the critic's approval, the tests' pass, the
+    evaluator's PASS, overruled where the loop noted it did (the junk floor, a verdict that contradicts itself);
+    None for a step that judges nothing."""
+    if step.error or not step.outputs or step_judgement(step) is None:
+        return None
+    if any(part.endswith(("not approved", "FAIL")) for part in (getattr(step, "note", None) or "").split("; ")):
+        return False
+    validation = _validation(step)
+    if validation is not None:
+        return validation.ok
+    verdict = _verdict(step)
+    if verdict is not None:
+        return verdict[1]
+    return step_judgement(step)[1] == 1.0
+
+
+def checks_held(step: Any) -> float | None:
+    """The share of its checks a judging step found held, read from any of its outputs named for checks (a
+    `{check: held}` mapping, or a list of booleans or of records with `held`, `passed` or `ok`); None when it
+    reports none."""
+    fields = _value(step)  # a phase's value (a custom critic's dict), else the role's fields
+    for name, value in (fields.items() if isinstance(fields, Mapping) else ()):
+        if "check" not in name.lower():
+            continue
+        items = list(value.values()) if isinstance(value, Mapping) else value if isinstance(value, list) else None
+        held = [item if isinstance(item, bool) else _held(item) for item in items or ()]
+        if held and all(isinstance(item, bool) for item in held):
+            return sum(held) / len(held)
+    return None
+
+
+def _held(item: Any) -> bool | None:
+    for key in ("held", "passed", "ok"):
+        value = item.get(key) if isinstance(item, Mapping) else getattr(item, key, None)
+        if isinstance(value, bool):
+            return value
+    return None
+
+
 def step_outcome(step: Any) -> str:
     """A few words on what the step came to: an error, checks held, a verdict, a test run, a decision, the start
-    of a draft, or "ok"."""
+    of a draft, or "ok"; then what the loop made of it, when it noted something (a verdict it overruled, code it
+    did not test again)."""
+    outcome = _outcome(step)
+    note = getattr(step, "note", None)
+    return f"{outcome}; {note}" if note else outcome
+
+
+def _outcome(step: Any) -> str:
     if step.error:
         return f"error: {_cut(step.error, 60)}"
     outputs = step.outputs or {}
@@ -233,7 +282,7 @@ def _trace_table(trace: Iterable[Any]) -> str:
         tokens = f"{step.tokens['input']}/{step.tokens['output']}" if step.tokens else "-"
         note = f" <i>({_escape(_cut(step.note, 80))})</i>" if step.note else ""
         rows.append(f"<tr><td>{_escape(step_role(step))}</td><td>{step.iteration}</td><td>{step.seconds:.1f}</td>"
-                    f"<td>{tokens}</td><td>{step.attempts}</td><td>{_escape(step_outcome(step))}{note}</td></tr>")
+                    f"<td>{tokens}</td><td>{step.attempts}</td><td>{_escape(_outcome(step))}{note}</td></tr>")
     return f"<table><tr>{header}</tr>{''.join(rows)}</table>"
 
 

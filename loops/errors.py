@@ -56,6 +56,7 @@ __all__ = [
     "RequestRefused",
     "RoleFailed",
     "RunError",
+    "a_or_an",
 ]
 
 
@@ -144,3 +145,8 @@ class RequestRefused(BaseException):
     def __init__(self, limit: LimitReached):
         super().__init__(str(limit))
         self.limit = limit
+
+
+def a_or_an(noun: str) -> str:
+    """`noun` with its indefinite article, for the messages above ("an ExecuteValidateController", "a dict")."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' and noun[:1] else 'a'} {noun}"

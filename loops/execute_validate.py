@@ -43,7 +43,7 @@ from loops.module import LoopModule
 from loops.runtime import RoleCalls, Run, predictor_of
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
-from loops.validators import ShellValidator, Workspace, workspace_path
+from loops.validators import ShellValidator, Workspace, missing_tests, ran_no_tests, workspace_path
 
 __all__ = ["DEFAULT_TARGET_FILE", "ExecuteValidateController"]
 
@@ -100,7 +100,9 @@ class ExecuteValidateController(LoopModule):
     import (`from mul import mul` -> `mul.py`; `target_for`), else `solution.py`. Before its first attempt
     the loop reads the workspace's tests (`test_*.py`, `*_test.py`, the files the test command names) for the names
     they import and call, and tells the executor (`read_interface`). The built-in validator runs the
-    test command there (its timeout capped to the run's time left); the built-in controller stops
+    test command there (its timeout capped to the run's time left; a test command that finds no tests is a
+    `ConfigurationError`); a validator of the caller's own needs no test command (it is given ""), so a call
+    may leave `test_command` out. The built-in controller stops
     when the tests pass and otherwise passes the failure digest on, with the analyst LLM's instruction
     when `analyst` is on. Only the LLM roles that may run are built: a custom controller, or
     `analyst=False`, means no `analyst`.
@@ -264,7 +266,8 @@ class ExecuteValidateController(LoopModule):
 
     def _check_inputs(self, initial_input: Any, test_command: Any) -> None:
         """Inputs that fit the contract, before any LM call: an executable that does not exist, a target file
-        outside the workspace, a task dict the built-in executor cannot read."""
+        outside the workspace, a task dict the built-in executor cannot read. (A validator of the caller's own
+        needs no test command: the contract gives it "".)"""
         if self._builtin_executor:
             target = code_request(initial_input).target_file or self.target_file or DEFAULT_TARGET_FILE
             try:
@@ -320,6 +323,10 @@ class ExecuteValidateController(LoopModule):
         workspace.write(request.workspace_files)
         target = request.target_file or self.target_file or self.target_for(workspace.path, test_command)
         workspace.resolve(target)  # the tests' module, as any target, stays inside the workspace
+        unfound = None if self.validator is not None else missing_tests(test_command, workspace.path, [target])
+        if unfound:
+            raise ConfigurationError(f"the test command {test_command!r} would run no tests: {unfound}; fix the "
+                                     "test command's files or the workspace (a test command must find tests)")
         request = request.model_copy(update={"target_file": target})
         interface = read_interface(workspace.path, test_command, target)
         if not interface:
@@ -416,6 +423,10 @@ class ExecuteValidateController(LoopModule):
         def validator(test_command: str, iteration: int) -> ValidationResult:
             left = run.time_left()
             result = shell.run(test_command, timeout_s=None if left is None else max(left, 0.1))
+            unfound = ran_no_tests(result)
+            if unfound:  # no attempt can pass a test command that finds no tests: the command or the workspace is wrong
+                raise ConfigurationError(f"the test command {test_command!r} ran no tests in {str(workspace.path)!r}: "
+                                         f"{unfound}; fix the test command's files or options, or the workspace")
             if result.escaped:
                 run.warn(f"iteration {iteration}: the test command started processes that left its process group; "
                          f"they were killed when it ended: {'; '.join(result.escaped)}")

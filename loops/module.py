@@ -18,7 +18,7 @@ from loops import context
 from loops.budget import Budget, RetryPolicy
 from loops.checkpoint import CheckpointStore, Replay, stable_hash
 from loops.contracts import MISSING, InputContract, PhaseContract, not_text
-from loops.errors import ConfigurationError
+from loops.errors import ConfigurationError, a_or_an
 from loops.lm import resolve
 from loops.person import Human, nobody_to_answer
 from loops.runtime import UNSET, RoleCalls, Run, adrive, drive, predictor_of
@@ -153,7 +153,8 @@ class LoopModule(dspy.Module):
         return given
 
     def _with_defaults(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        defaults = {name: spec.default for name, spec in self.input_contract.inputs.items()}
+        builtin = self._builtin_phases()
+        defaults = {name: spec.default_in(builtin) for name, spec in self.input_contract.inputs.items()}
         return {**defaults, **{name: value for name, value in inputs.items() if name in defaults
                                or self.input_contract.open}}
 
@@ -195,18 +196,22 @@ class LoopModule(dspy.Module):
         return "\n".join(lines)
 
     def fingerprint(self) -> str:
-        """What identifies this program for a checkpoint: its class, its roles' prompts, its phases."""
-        parts = []
+        """What identifies this program for a checkpoint: its class, its roles' prompts, its phases; then, after a
+        space, who plays each role (`loops.checkpoint.program_difference` reads it to say what differs)."""
+        parts, roles = [], []
         for name in sorted({*self._llm_roles, *self.contracts}):
             role = getattr(self, name, None)
             predictor, _ = predictor_of(role)
             if predictor is not None:
                 parts.append((name, predictor.signature.instructions, tuple(predictor.signature.fields)))
+                roles.append(f"{name}=llm:{stable_hash(parts[-1][1:])[:8]}")
             elif isinstance(role, Human):
                 parts.append((name, "human", tuple(role.signature.fields) if role.signature else ()))
+                roles.append(f"{name}=person")
             elif role is not None:
                 parts.append((name, getattr(role, "__qualname__", type(role).__qualname__)))
-        return f"{type(self).__module__}.{type(self).__qualname__}:{stable_hash(parts)}"
+                roles.append(f"{name}=phase:{parts[-1][1]}")
+        return f"{type(self).__module__}.{type(self).__qualname__}:{stable_hash(parts)} {','.join(roles)}"
 
     # Saving and loading (loops.saving) -----------------------------------------------------------------
 
@@ -254,8 +259,8 @@ class LoopModule(dspy.Module):
         if not saved:
             return self
         if f"{type(self).__module__}:{type(self).__qualname__}" != saved.get("kind"):
-            raise ConfigurationError(f"the saved state is a {saved.get('kind')}, not a {type(self).__qualname__}: "
-                                     "load it with loops.load(path)")
+            raise ConfigurationError(f"the saved state is {a_or_an(str(saved.get('kind')))}, not "
+                                     f"{a_or_an(type(self).__qualname__)}: load it with loops.load(path)")
         self.budget = Budget(**saved["budget"])
         self.retry = RetryPolicy(**saved["retry"])
         self.strict = saved["strict"]

@@ -1,10 +1,10 @@
 """Looking at loop runs in Jupyter: a trace as a DataFrame, a run as a plot.
 
-    result = loop(requirements="A haiku about rain")
+    result = loop(requirements="A haiku about a lighthouse")
     result                                   # a summary, the trace as a table, each role's history folded
     loops.notebook.trace_frame(result)       # one row per role call (pandas)
     loops.notebook.trace_frame({"before": a, "after": b})   # many runs: a `run` column says which
-    loops.notebook.plot_run(result)          # tokens per role, and how each iteration was judged
+    loops.notebook.plot_run(result)          # tokens per role, and what changed per iteration
     loops.notebook.plot_timeline(result)     # who ran when and for how long, tokens and cost over time,
                                              # the waits for a person, the limit that stopped it
     loops.notebook.timeline_html(result)     # the same picture in a page of its own (`loops runs show --html`)
@@ -24,7 +24,7 @@ from typing import Any
 
 import dspy
 
-from loops.display import step_judgement, step_outcome, step_role
+from loops.display import checks_held, step_judgement, step_outcome, step_role, step_verdict
 from loops.errors import MissingDependencyError
 
 __all__ = ["TRACE_COLUMNS", "plot_run", "plot_timeline", "timeline_html", "trace_frame"]
@@ -33,12 +33,16 @@ LIMIT_REASONS = frozenset({"max_iterations", "timeout", "context_limit", "lm_cal
 
 
 TRACE_COLUMNS = ("role", "iteration", "seconds", "attempts", "lm_calls", "input_tokens", "output_tokens",
-                 "outcome", "judged", "score", "error", "note", "human")
+                 "outcome", "judged", "score", "verdict", "checks_held", "written_chars", "error", "note", "human")
+_WRITTEN = ("improved_draft", "draft", "code", "result")  # the outputs that are the work itself, where a role writes
 
 
 def trace_frame(runs: Any) -> Any:
     """A pandas DataFrame with one row per role call: `TRACE_COLUMNS` (`judged` and `score` are what
-    `step_judgement` says of the step, None for a step that judges nothing; `human` marks a person's
+    `step_judgement` says of the step, `verdict` whether it passed the work as the loop took it
+    (`step_verdict`: the junk floor and a self-contradicting verdict overrule the LLM), `checks_held` the share
+    of checks it found held (`checks_held`), each None for a step that judges nothing; `written_chars` the
+    length of the text a writing step wrote (a draft, code, a result); `human` marks a person's
     answer, `loops.person`). A phase's `lm_calls` and
     tokens include those of the role calls it made, which have rows of their own (a DSL loop phase
     calling an atom).
@@ -74,15 +78,26 @@ def _rows(result: Any) -> list[dict[str, Any]]:
             "lm_calls": step.lm_calls, "input_tokens": step.tokens["input"] if step.tokens else 0,
             "output_tokens": step.tokens["output"] if step.tokens else 0, "outcome": step_outcome(step),
             "judged": judgement[0] if judgement else None, "score": judgement[1] if judgement else None,
+            "verdict": step_verdict(step), "checks_held": checks_held(step) if judgement else None,
+            "written_chars": None if judgement else _written_chars(step),
             "error": step.error, "note": step.note, "human": step.human,
         })
     return rows
 
 
+def _written_chars(step: Any) -> int | None:
+    for name in _WRITTEN:
+        value = (step.outputs or {}).get(name)
+        if isinstance(value, str):
+            return len(value)
+    return None
+
+
 def plot_run(result: Any, title: str | None = None) -> Any:
     """A matplotlib figure of one run: tokens per LLM role (input and output stacked; a phase that calls
-    roles is drawn through them), and how each iteration was judged (criteria met, tests passed or the
-    evaluator's verdict, from 0 to 1; seconds per iteration when no step judged anything)."""
+    roles is drawn through them), and what changed per iteration: the verdict as the loop took it (1 passed,
+    0 not), the share of checks held where a judging step reports checks, and the length of the text written
+    (on its own axis); seconds per iteration when no step judged anything."""
     frame = trace_frame(result)
     pyplot = _require("matplotlib.pyplot", "plot_run", package="matplotlib")
     figure, (tokens_axes, judged_axes) = pyplot.subplots(1, 2, figsize=(10, 3.4))
@@ -110,7 +125,7 @@ def plot_run(result: Any, title: str | None = None) -> Any:
 
 def _plot_judgements(axes: Any, frame: Any) -> None:
     iterations = sorted(frame["iteration"].unique())
-    judged = frame.dropna(subset=["score"])
+    judged = frame.dropna(subset=["verdict"])
     if judged.empty:
         seconds = frame.groupby("iteration")["seconds"].sum()
         axes.bar(seconds.index.astype(str), seconds.values)
@@ -118,16 +133,27 @@ def _plot_judgements(axes: Any, frame: Any) -> None:
         axes.set_ylabel("seconds")
         axes.set_title("seconds per iteration (no step judged the work)")
         return
-    for measure, rows in judged.groupby("judged", sort=False):
-        # Of an iteration's several samples the loop keeps the best, so the best is the iteration's score.
-        best = rows.groupby("iteration")["score"].max()
-        axes.plot(best.index, best.values, marker="o", label=measure)
+    # Of an iteration's several samples the loop keeps the best, so the best is the iteration's.
+    verdicts = judged.assign(verdict=judged["verdict"].astype(float)).groupby("iteration")["verdict"].max()
+    axes.plot(verdicts.index, verdicts.values, marker="o", label="verdict (1 passed)")
+    checks = frame.dropna(subset=["checks_held"]).groupby("iteration")["checks_held"].max()
+    if not checks.empty:
+        axes.plot(checks.index, checks.values, marker="s", label="checks held")
     axes.set_xticks(iterations)
     axes.set_ylim(-0.05, 1.05)
     axes.set_xlabel("iteration")
-    axes.set_ylabel("share (0-1)")
-    axes.set_title("judgement per iteration")
-    axes.legend()
+    axes.set_ylabel("verdict, share of checks")
+    axes.set_title("per iteration")
+    written = frame.dropna(subset=["written_chars"]).groupby("iteration")["written_chars"].last()
+    if not written.empty:  # the length of the text judged: on its own axis, in characters
+        length_axes = axes.twinx()
+        length_axes.plot(written.index, written.values, linestyle="--", color="grey", label="length (chars)")
+        length_axes.set_ylabel("characters written")
+        length_axes.set_ylim(bottom=0)
+        lines = axes.get_lines() + length_axes.get_lines()
+        axes.legend(lines, [line.get_label() for line in lines])
+    else:
+        axes.legend()
 
 
 def _require(module: str, helper: str, package: str | None = None) -> Any:

@@ -7,7 +7,9 @@ code loop's executor does, on the embedded model these roles answer in plain tex
 the answer), are shown worked examples (small writing requests and a text that meets them: a small
 model follows an example's shape better than an instruction) and are capped in length. Chosen on the
 train split of `loops.optimize.writing`'s checkable tasks and measured on its held-out split
-(benchmarks/README.md). On any other model the roles answer as the context's adapter asks, untaught.
+(benchmarks/README.md). Any other small model (its profile says so: a SmolLM behind a server, a model declared
+small with `loops.lm.resolve(..., profile="small")` or `--profile small`) is written for the same way; on a
+capable model the roles answer as the context's adapter asks, untaught.
 
 With a user's checks (`loops.checks`) a writing loop can judge drafts for free, so on the embedded model
 it draws several candidates per iteration (`samples`, each a `loops.code.Draw` as the code loop's are:
@@ -30,7 +32,7 @@ import dspy
 from loops.adapters import PlainTextAdapter
 from loops.code.draws import Draw
 from loops.errors import ConfigurationError
-from loops.lm import is_embedded
+from loops.profile import profile_of
 from loops.runtime import predictor_of
 
 __all__ = ["EMBEDDED_PROSE", "HOSTED_PROSE", "PLAIN_DRAFT", "PLAIN_PROSE", "WORKED_DRAFTS", "ProseDefaults",
@@ -73,9 +75,9 @@ WORKED_DRAFTS: tuple[tuple[str, str], ...] = (
 
 
 def prose_defaults(lm: object) -> ProseDefaults:
-    """How the writing roles write on the model that will run them: the embedded model's way, or a capable
-    (hosted) model's."""
-    return EMBEDDED_PROSE if is_embedded(lm) else HOSTED_PROSE
+    """How the writing roles write on the model that will run them: a small model's way (the embedded model's,
+    and any model whose profile is small: `loops.profile`), or a capable (hosted) model's."""
+    return EMBEDDED_PROSE if profile_of(lm).small else HOSTED_PROSE
 
 
 @functools.cache

@@ -29,6 +29,7 @@ import contextvars
 import inspect
 import json
 import linecache
+import logging
 import sysconfig
 import time
 import weakref
@@ -153,10 +154,14 @@ class Step:
     """One role call of a run, as it appears in `prediction.trace` (and reaches observers and `--trace`).
 
     `lm_calls` are the LM requests the call sent, `cached` the LM calls DSPy's cache answered instead,
-    `tokens` and `cost_usd` what its requests used; `replayed` marks a step answered from a checkpoint's
-    record, whose counts are those of the process that recorded it; `human` a person's answer
-    (`loops.person`), whose `seconds` are the person's; `started_at` when the call started (seconds since the
-    epoch, `time.time()`; a replayed step keeps the time it first ran), from which a run's timeline is drawn."""
+    `tokens` and `cost_usd` what its requests used (those of the calls made within it included); `note` what
+    the loop made of it (a verdict it did not take at its word, code it did not test again); `replayed`
+    marks a step answered from a checkpoint's record, whose counts are those of the process that recorded
+    it; `human` a person's answer (`loops.person`), whose `seconds` are the person's; `depth` how many calls
+    it ran within (0 for a call of the pattern; 1 for a role call a phase made, such as a DSL atom called
+    in a loop's phase, or a call of a loop form's run within its program); `started_at` when the call started
+    (seconds since the epoch, `time.time()`; a replayed step keeps the time it first ran), from which a run's
+    timeline is drawn."""
 
     role: str
     iteration: int
@@ -172,6 +177,7 @@ class Step:
     cost_usd: float | None = None
     replayed: bool = False
     human: bool = False
+    depth: int = 0
     started_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -369,15 +375,21 @@ async def adrive(program: RoleCalls) -> Any:
 
 class _UsageLog(UsageTracker):
     """DSPy's usage tracker, also keeping every entry in order (one entry is one LM request answered),
-    the tokens they report and, when `priced`, what they cost; and which LM calls it heard from (DSPy
-    reports no usage for an answer from its cache)."""
+    the tokens they report and what they cost; and which LM calls it heard from (DSPy reports no usage for
+    an answer from its cache).
+
+    A model's own price (the embedded model's: free) is always counted. LiteLLM's prices are looked up only
+    when `priced` (a cost budget needs them): loading LiteLLM's price map costs seconds, which a run without
+    one does not pay, so its cost is then None, unknown, as it is when nobody knows a model's price. Under a
+    cost budget a request of unknown price counts as free (`unpriced` says which models)."""
 
     def __init__(self, priced: bool = False, observers: tuple[Any, ...] = ()) -> None:
         super().__init__()
         self.observers = observers  # told of every answer (`lm_answered`)
         self.entries: list[dict[str, Any]] = []
         self.tokens = 0
-        self.cost_usd: float | None = 0.0 if priced else None
+        self.priced = priced
+        self.cost_usd: float | None = 0.0
         self.unpriced: set[str] = set()
         self.answered: set[str | None] = set()  # DSPy's ids of the LM calls (callbacks) that reported usage
 
@@ -391,12 +403,16 @@ class _UsageLog(UsageTracker):
             context.notify("lm_answered", call_id, lm, usage_entry, to=self.observers)
         self.entries.append(usage_entry)
         self.tokens += int(usage_entry.get("prompt_tokens") or 0) + int(usage_entry.get("completion_tokens") or 0)
-        if self.cost_usd is not None:
-            cost = profile.cost_usd(lm, usage_entry)
-            if cost is None:
-                self.unpriced.add(lm)
-            else:
-                self.cost_usd += cost
+        if self.cost_usd is None:
+            return
+        price = profile.price_of(lm)
+        cost = price(lm, usage_entry) if self.priced or price is not profile.litellm_price else None
+        if cost is not None:
+            self.cost_usd += cost
+        elif self.priced:
+            self.unpriced.add(lm)
+        else:
+            self.cost_usd = None
 
 
 class _RequestGate(BaseCallback):
@@ -418,6 +434,22 @@ class _RequestGate(BaseCallback):
 
 
 _GATE = _RequestGate()
+
+
+class _TruncatedAnswers(logging.Filter):
+    """DSPy logs an answer cut at its request's max_tokens (`dspy.clients.lm`: "LM response was truncated"), a line
+    that lands in the middle of the live table or a notebook's output: within a run it is one of the run's warnings
+    instead, once per role, and the log line is dropped. Outside a run the line stays, as DSPy prints it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        run = context.current_run()
+        if not isinstance(run, Run) or "truncated" not in record.getMessage():
+            return True
+        run.answer_cut()
+        return False
+
+
+logging.getLogger("dspy.clients.lm").addFilter(_TruncatedAnswers())
 
 
 FailureAction = Literal["propagate", "setup", "timeout", "reparse", "retry", "give_up"]
@@ -473,7 +505,8 @@ class _Tally:
         cost = None if run.usage.cost_usd is None else run.usage.cost_usd - (self.cost_before or 0.0)
         return Step(self.role, run.iteration, self.inputs, outputs, run.clock() - self.started, self.attempts,
                     self.requests(), _tokens(entries) if entries else None, error,
-                    cached=run.cached - self.cached_before, cost_usd=cost, started_at=self.started_at)
+                    cached=run.cached - self.cached_before, cost_usd=cost, depth=run._base_depth + run._depth,
+                    started_at=self.started_at)
 
     def fail(self, error: str) -> None:
         """Record the call as a failed step."""
@@ -528,6 +561,13 @@ class Run:
         self._predictions: list[Any] = []  # what this run's LLM role calls returned, for `demos.curate_trace`
         self._credited: list[Any] = []
         self._gated: set[str] = set()  # LM calls the run counted when they started (`lm_call_started`)
+        self._unpublished: Step | None = None  # the last step, until the pattern moves on from it (`publish`)
+        self._calling: list[str] = []  # the roles whose calls are in flight, the innermost last
+        self._cut: set[str] = set()  # the roles an answer of which was cut at its max_tokens (`answer_cut`)
+        # The calls this run runs within: those in flight in the run it runs within, and that run's own depth.
+        self._base_depth = (self.parent._base_depth + self.parent._depth) if isinstance(self.parent, Run) else 0
+        if isinstance(self.parent, Run):
+            self.parent.publish()  # its last step comes before this run's first
 
     # What patterns call -------------------------------------------------------------------------
 
@@ -670,9 +710,26 @@ class Run:
         self.warnings.append(message)
 
     def note(self, message: str) -> None:
-        """Annotate the last step of the trace (e.g. a verdict the loop did not take at its word)."""
+        """Annotate the last step of the trace (e.g. a verdict the loop did not take at its word); observers
+        and `--trace` see it on the step (`publish`)."""
         step = self.trace[-1]
         step.note = message if step.note is None else f"{step.note}; {message}"
+
+    def answer_cut(self) -> None:
+        """An answer of the role being called was cut at its request's max_tokens: a warning, once per role."""
+        role = self._calling[-1] if self._calling else "a role"
+        if role not in self._cut:
+            self._cut.add(role)
+            self.warn(f"{role}: an answer was cut at the token limit of its request (max_tokens, --max-tokens), so it "
+                      "may be incomplete")
+
+    def publish(self) -> None:
+        """Tell the observers of the last step recorded, if they have not heard of it. A step is published once
+        the pattern has moved on from it (its next call, or the run's end), so that what the pattern makes of
+        it (`note`) is on it when observers and `--trace` see it."""
+        step, self._unpublished = self._unpublished, None
+        if step is not None:
+            self._notify("step_finished", step)
 
     def time_left(self) -> float | None:
         """Seconds until the run's timeout, None without one."""
@@ -682,6 +739,7 @@ class Run:
 
     def finish(self, stop_reason: StopReason, **result: Any) -> LoopResult:
         """The run's prediction: `result` over the fields set by `set_latest` over the best candidate."""
+        self.publish()
         measured = {
             "iterations": self.iteration,
             "stop_reason": stop_reason,
@@ -760,6 +818,8 @@ class Run:
             self.error = failure
             self.warn(f"stopped by an error: {_describe(failure)}")
             prediction = self.finish("error")
+        finally:
+            self.publish()  # a run that raised (a developer's mistake) still shows its last step
         if self.replay is not None:
             unrecorded = self.replay.finish(prediction.stop_reason)
             if unrecorded:
@@ -833,6 +893,7 @@ class Run:
                 if self.usage.cost_usd is not None and step.cost_usd is not None:
                     self.usage.cost_usd += step.cost_usd
             step.replayed = True
+            step.depth = self._base_depth + self._depth + (record is not call)
             self._record(step)
             self._notify("call_replayed", self.info, step, record is not call or self._depth > 0)
         return result
@@ -905,6 +966,7 @@ class Run:
 
         Every LM request is counted where it passes the run's gate (`before_request`): first tries, retries,
         re-asks, JSON fallbacks and engines' re-sends alike, failed and abandoned ones included."""
+        self.publish()
         self._check_limits()
         call = None
         if self._observers:
@@ -918,6 +980,7 @@ class Run:
             while True:
                 tally.attempts += 1
                 self._depth += 1
+                self._calling.append(role)
                 asked_at = time.monotonic()
                 try:
                     result = yield _Invoke(target, args, kwargs, adapter, None if human else self.deadline, llm,
@@ -925,11 +988,13 @@ class Run:
                     break
                 except Exception as exc:
                     self._depth -= 1
+                    self._calling.pop()
                     kwargs = yield from self._after_failure(tally, exc, kwargs, llm)
         except BaseException as exc:
             self._notify("call_finished", call, tally.failed, exc)
             raise
         self._depth -= 1
+        self._calling.pop()
         if human:
             context.paused(time.monotonic() - asked_at)
         if run_aware and not tally.requests():
@@ -1033,9 +1098,10 @@ class Run:
                       f"{self.context_chars / limit:.0%} of max_context_chars={limit}")
 
     def _record(self, step: Step) -> None:
+        """Add a finished call to the trace; observers hear of it once the pattern moves on (`publish`)."""
+        self.publish()
         self.trace.append(step)
-        if self._observers:
-            context.notify("step_finished", step, to=self._observers)
+        self._unpublished = step
 
     def _notify(self, event: str, *args: Any) -> None:
         if self._observers:

@@ -31,7 +31,8 @@ from loops.errors import ConfigurationError
 from loops.lm import is_embedded
 from loops.person import Human
 
-__all__ = ["decode", "encode", "lm_reference", "load", "saved_class", "unnamed_lm_note"]
+__all__ = ["decode", "encode", "lm_reference", "load", "objects_to_give", "saved_class", "unnamed_lm_note",
+           "unnamed_roles"]
 
 _RUNTIME_SETTINGS = ("budget", "retry", "strict", "history_window", "history_summary")
 _JSON_SCALARS = (str, int, float, bool, type(None))
@@ -50,11 +51,16 @@ def lm_reference(lm: Any) -> str | None:
     return lm.model
 
 
+def unnamed_roles(roles: Iterable[str], lms: Mapping[str, str | None]) -> list[str]:
+    """The LLM roles among `roles` a saved program names no LM for (`lms`, by role): they run on the context's."""
+    return [role for role in roles if lms.get(role) is None]
+
+
 def unnamed_lm_note(roles: Iterable[str], lms: Mapping[str, str | None]) -> str | None:
     """What a saved program does not say about its models, in one sentence: the LLM roles it names no LM for
     (they run on the context's LM, `dspy.configure`, which is not the program's to save); None when every
     role names one."""
-    unnamed = [role for role in roles if lms.get(role) is None]
+    unnamed = unnamed_roles(roles, lms)
     if not unnamed:
         return None
     return (f"the saved program names no LM for {', '.join(unnamed)}: they run on the context's LM "
@@ -112,6 +118,14 @@ def decode(value: Any, name: str, given: Mapping[str, Any]) -> Any:
 def saved_class(path: str | os.PathLike[str]) -> type:
     """The loop class of the program saved at `path`, read before anything is built."""
     return _read(path)[1]
+
+
+def objects_to_give(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The arguments of the program saved at `path` that were Python objects a JSON file cannot hold (a custom
+    phase, a DSL tool), by name, with the object's name: `load` needs each given again."""
+    arguments = _read(path)[0]["loops"].get("arguments", {})
+    return {name: value["__given__"] for name, value in arguments.items()
+            if isinstance(value, dict) and "__given__" in value}
 
 
 def load(path: str | os.PathLike[str], **given: Any) -> Any:

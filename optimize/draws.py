@@ -38,7 +38,7 @@ from loops.checkpoint import stable_hash
 from loops.code.controller import code_of
 from loops.code.draws import ALL_EXAMPLES, GREEDY_DRAWS, Draw
 from loops.contracts import field_of
-from loops.errors import ConfigurationError
+from loops.errors import ConfigurationError, a_or_an
 from loops.execute_validate import ExecuteValidateController
 
 __all__ = ["CANDIDATE_KINDS", "DrawsOptimizer", "choose", "kind_name"]
@@ -143,7 +143,7 @@ def check_student(program: Any) -> None:
     """The draws optimizer chooses the built-in executor's candidates: any other program is a mistake."""
     if not isinstance(program, ExecuteValidateController):
         raise ConfigurationError(f"the draws optimizer chooses the code loop's candidates: it optimizes an "
-                                 f"ExecuteValidateController, not a {type(program).__name__} (use bootstrap, "
+                                 f"ExecuteValidateController, not {a_or_an(type(program).__name__)} (use bootstrap, "
                                  "random-search, gepa or simba for other programs)")
     if not program.builtin_executor:
         raise ConfigurationError("the draws optimizer chooses the built-in executor's candidates; this "

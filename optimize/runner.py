@@ -40,7 +40,7 @@ from loops.errors import ConfigurationError
 from loops.execute_validate import ExecuteValidateController
 from loops.optimize.metrics import creator_critic_metric, director_metric, execute_validate_metric, result_metric
 from loops.optimize.optimizers import OPTIMIZERS, build, check, check_program
-from loops.saving import unnamed_lm_note
+from loops.saving import unnamed_lm_note, unnamed_roles
 
 __all__ = ["KEEP", "Report", "Score", "Stage", "default_metric", "evaluate", "run", "save"]
 
@@ -95,9 +95,13 @@ class Report(BaseModel):
     def seconds(self) -> float:
         return sum(stage.seconds for stage in self.stages.values())
 
-    def summary(self) -> str:
+    def summary(self, *, verdict: bool = True, lm_note: bool = True) -> str:
+        """The report in a few lines: the scores, which program was kept (`verdict`, which `run`'s progress display
+        has said already), what each stage spent, what changed, and what the saved program does not say of its
+        models (`lm_note`: `loops.saving.unnamed_lm_note`)."""
         lines = [f"{self.optimizer['optimizer']}: {self.metric} {self.before.score:.3f} -> {self.after.score:.3f}; "
-                 f"solved {self.before.solved} -> {self.after.solved} of {self.after.examples}", self.verdict()]
+                 f"solved {self.before.solved} -> {self.after.solved} of {self.after.examples}",
+                 *([self.verdict()] if verdict else [])]
         for name, stage in self.stages.items():
             lines.append(f"  {name}: {stage.loop_runs} loop runs, {stage.lm_calls} LM calls, {stage.tokens} tokens, "
                          f"{stage.seconds:.1f} s")
@@ -105,10 +109,14 @@ class Report(BaseModel):
             lines.append(f"  {role}: {', '.join(f'{key} {value}' for key, value in change.items())}")
         for name, value in self.findings.items():
             lines.append(f"  {name}: {value}")
-        note = unnamed_lm_note(self.program.get("roles", []), self.program.get("lms", {}))
+        note = unnamed_lm_note(self.program.get("roles", []), self.program.get("lms", {})) if lm_note else None
         if note is not None:
             lines.append(f"note: {note}")
         return "\n".join(lines)
+
+    def unnamed_roles(self) -> list[str]:
+        """The LLM roles the saved program names no LM for: they run on the LM of the context it is loaded in."""
+        return unnamed_roles(self.program.get("roles", []), self.program.get("lms", {}))
 
     def verdict(self) -> str:
         """Which program was kept, and why, in one line."""
@@ -315,8 +323,10 @@ class _Usage(BaseCallback):
 
 class _Display:
     """The progress of `run`: one line per stage, with loop runs, LM calls and seconds (rich), the one display
-    while it shows: DSPy's optimizers' own tqdm bars are off and, unless `verbose`, so are DSPy's INFO logs and
-    what it prints (BootstrapFewShot prints its tally, counting the examples it went through one short)."""
+    while it shows. Unless `verbose`, DSPy's optimizers' own tqdm bars are off, and so are DSPy's INFO logs and
+    what it prints (BootstrapFewShot prints its tally, counting the examples it went through one short), with the
+    display or without it (`progress=False`: nothing is shown); with `verbose`, the bars stay off while the display
+    shows."""
 
     def __init__(self, enabled: bool, verbose: bool = False):
         self.enabled = enabled
@@ -325,19 +335,20 @@ class _Display:
         self._quiet = contextlib.ExitStack()
 
     def __enter__(self) -> _Display:
+        if self.enabled or not self.verbose:
+            self._quiet.enter_context(_without_tqdm_bars())
+        if not self.verbose:
+            self._quiet.enter_context(_logger_level("dspy", logging.WARNING))
         if self.enabled:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._quiet.enter_context(_without_tqdm_bars())
-            if not self.verbose:
-                self._quiet.enter_context(_logger_level("dspy", logging.WARNING))
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                      TextColumn("{task.fields[calls]} LM calls"), TimeElapsedColumn(),
                                      console=Console(file=sys.stdout))  # bound now: the prints go elsewhere
             self.progress.__enter__()
-            if not self.verbose:
-                self._quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        if not self.verbose:
+            self._quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
         return self
 
     def __exit__(self, *exc: Any) -> None:

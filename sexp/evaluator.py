@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import difflib
 import inspect
 import logging
 import math
@@ -135,6 +136,17 @@ class Env:
                 return env
             env = env.parent
         return None
+
+
+def nearest_name(name: str, env: Env | None) -> str:
+    """"; did you mean 'display'?" for a name that is not bound, naming the nearest one that is (in `env` or a
+    special form), "" when none is near (difflib's ratio of at least 0.75)."""
+    known: set[str] = set(SPECIAL_FORMS)
+    while env is not None:
+        known.update(env.vars)
+        env = env.parent
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return f"; did you mean '{near[0]}'?" if near else ""
 
 
 Exec = Callable[[Env, "Evaluation"], Any]
@@ -664,12 +676,13 @@ class Analyzer:
             raise UnboundName(withheld, node)
 
         def lookup(env: Env, ev: Evaluation) -> Any:
-            while env is not None:
-                scope = env.vars
+            scopes = env
+            while scopes is not None:
+                scope = scopes.vars
                 if name in scope:
                     return scope[name]
-                env = env.parent
-            raise UnboundName(f"unbound name '{name}'", node)
+                scopes = scopes.parent
+            raise UnboundName(f"unbound name '{name}'{nearest_name(name, env)}", node)
 
         return lookup
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from loops.sexp.errors import DslTypeError, DslValueError, LimitExceeded, UnboundName
-from loops.sexp.evaluator import Analyzer, Env, Evaluation, Exec, call_python, constant, special_form
+from loops.sexp.evaluator import Analyzer, Env, Evaluation, Exec, call_python, constant, nearest_name, special_form
 from loops.sexp.reader import Node
 from loops.sexp.values import NIL, Keyword, Symbol, is_list, to_source
 
@@ -151,7 +151,8 @@ def _set(analyzer: Analyzer, node: Node, tail: bool) -> Exec:
     def set_(env: Env, ev: Evaluation) -> Any:
         scope = env.find(name)
         if scope is None:
-            raise UnboundName(f"cannot set! '{name}': it is not defined (define it first)", name_node)
+            raise UnboundName(f"cannot set! '{name}': it is not defined (define it first){nearest_name(name, env)}",
+                              name_node)
         result = scope.vars[name] = value(env, ev)
         return result
 

@@ -356,6 +356,11 @@ def _fold(prediction: Any, form: LoopForm, ev: Evaluation, node: Node) -> None:
         outer.replayed += prediction.replayed
         outer.cached += prediction.cached
         outer.usage.tokens += prediction.tokens
+        top = min((step.depth for step in prediction.trace), default=0)
+        for step in prediction.trace:  # the tokens of the call the form ran in (the program's step) count the loop's
+            if step.depth == top and step.tokens and not step.replayed:
+                outer.usage.entries.append({"prompt_tokens": step.tokens["input"],
+                                            "completion_tokens": step.tokens["output"]})
         if outer.usage.cost_usd is not None and prediction.cost_usd is not None:
             outer.usage.cost_usd += prediction.cost_usd
         for role, history in prediction.histories.items():

@@ -97,7 +97,8 @@ class SexpProgram(LoopModule):
 
     def fingerprint(self) -> str:
         """The atoms' prompts and the program's text: a checkpoint of another program does not replay."""
-        return f"{super().fingerprint()}:{stable_hash(self.source)}"
+        identity, space, roles = super().fingerprint().partition(" ")
+        return f"{identity}:{stable_hash(self.source)}{space}{roles}"
 
     def _check_people_can_answer(self) -> None:
         """A program whose loop forms ask a person `(human)` needs someone to answer here, or a checkpoint."""

@@ -2,12 +2,14 @@
 balance, errors shown with their position and a caret.
 
 `Session` is the terminal-free core (tested directly); `main` wires it to `prompt_toolkit` (line
-editing, history in ``~/.loops_repl_history``) for `loops repl`.
+editing, history in ``~/.loops_repl_history``) for `loops repl` at a terminal, and reads plain lines,
+with no prompts, from a pipe or a file (`loops repl < program.sexp`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -75,13 +77,20 @@ def main(model: Any = None, history_file: Path | None = None, *, terminal_input:
 
     History goes to `history_file` (default ``~/.loops_repl_history``), or stays in memory when that
     cannot be written. `terminal_input`/`terminal_output` are prompt_toolkit's `Input`/`Output` (the
-    terminal when None; a pipe input and a `DummyOutput` in tests).
+    terminal when None; a pipe input and a `DummyOutput` in tests). When stdin is no terminal (a pipe, a file)
+    and no input is given, its lines are read as they are: no line editor, no prompts, no banner, only the
+    outputs.
     """
     import dspy
+
+    session = Session()
+    if terminal_input is None and not sys.stdin.isatty():
+        with dspy.context(lm=model) if model is not None else contextlib.nullcontext():
+            session.run((line.rstrip("\n") for line in sys.stdin), print)
+        return
     from prompt_toolkit import PromptSession
 
     prompt = PromptSession(history=_history(history_file), input=terminal_input, output=terminal_output)
-    session = Session()
 
     def lines() -> Iterable[str]:
         while True:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -48,3 +49,46 @@ def test_every_test_docs_reliability_names_exists():
     missing = [(path, name) for path, name in named
                if not (root / path).is_file() or (name and f"def {name}(" not in (root / path).read_text())]
     assert not missing, f"docs/reliability.md names tests that do not exist: {missing}"
+
+
+# --- the docs' example requests are not the embedded creator's worked examples ---------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+# Words that say what kind of text is asked for, or that join a request's words: not its subject.
+_NOT_SUBJECT = frozenset(["a", "an", "the", "for", "about", "of", "to", "and", "in", "on", "with", "one", "line",
+                          "short", "two", "three", "four", "five", "slogan", "haiku", "list", "packing", "poem",
+                          "limerick", "description", "sentence"])
+
+
+def _words(text: str) -> set[str]:
+    return {word.removesuffix("s") for word in re.findall(r"[a-z]+", text.lower())} - _NOT_SUBJECT
+
+
+def _quoted_in_examples() -> list[tuple[str, str]]:
+    """(where, text) of every quoted string of the README's and docs' code blocks, the notebooks' code cells, the
+    example programs and the Makefile: the requests a reader copies."""
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```[a-z]*\n(.*?)```", page.read_text(), re.DOTALL):
+            found += [(page.name, text) for text in re.findall(r'"([^"\n]+)"', block)]
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        source = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
+        found += [(notebook.name, text) for text in re.findall(r'"([^"\n]+)"', source)]
+    for program in [*sorted((ROOT / "examples").glob("*.sexp")), ROOT / "Makefile"]:
+        found += [(program.name, text) for text in re.findall(r'"([^"\n]+)"|\?= (.+)', program.read_text())
+                  for text in text if text]
+    return found
+
+
+def test_no_example_request_shares_a_subject_with_a_worked_draft():
+    # The embedded creator is shown WORKED_DRAFTS: asked for one of their subjects, it echoes its own example, and
+    # a session that follows the docs looks better than the model is.
+    from loops.prose import WORKED_DRAFTS
+
+    examples = _quoted_in_examples()
+    assert len(examples) > 100
+    subjects = {request.split(".")[0]: _words(request.split(".")[0]) for request, _ in WORKED_DRAFTS}
+    overlaps = [(where, text, brief) for where, text in examples for brief, subject in subjects.items()
+                if subject & _words(text)]
+    assert not overlaps, f"example requests on a worked draft's subject (loops.prose.WORKED_DRAFTS): {overlaps}"

@@ -3,6 +3,8 @@
 They are executed by the README's test command (`make test` runs `pytest --nbmake notebooks`)."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,12 @@ def test_a_notebook_uses_the_public_api_and_draws_a_plot(path):
     assert "from tests" not in code and "import tests" not in code, "a notebook cannot import the test helpers"
     assert "._" not in code.replace("._repr", ""), "a notebook uses only public names"
     assert any(plot in code for plot in PLOTS), f"{path.name} draws no plot"
+
+
+@pytest.mark.parametrize("front_end", ["notebook", "nbconvert"])
+def test_the_notebooks_extra_brings_jupyter_to_open_them_and_nbconvert_to_clear_them(front_end):
+    # The README says "open them in Jupyter" and the test above "jupyter nbconvert --clear-output": both come with
+    # pip install -e '.[notebooks]'.
+    shown = subprocess.run([sys.executable, "-m", front_end, "--version"], capture_output=True, text=True, timeout=120,
+                           check=False)
+    assert shown.returncode == 0 and shown.stdout.strip()[:1].isdigit(), shown.stdout + shown.stderr

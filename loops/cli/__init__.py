@@ -41,6 +41,7 @@ class _OneLineErrors(TyperGroup):
     says what to fix, and a usage box or a traceback would only bury it."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        _usage_names(self)
         if not sys.stdout.isatty():
             _plain_help(self)
             kwargs.setdefault("terminal_width", _help_width())
@@ -67,6 +68,27 @@ def _plain_help(command: click.Command) -> None:
     command.rich_markup_mode = None
     for subcommand in getattr(command, "commands", {}).values():
         _plain_help(subcommand)
+
+
+def _usage_names(command: click.Command) -> None:
+    """Arguments in a usage line as the convention writes them (`loops refine [OPTIONS] REQUIREMENTS`), not in
+    typer's braces (`{requirements}`), which read as a placeholder to fill in literally."""
+    if hasattr(command, "commands"):  # a group: its usage names its commands
+        for subcommand in command.commands.values():
+            _usage_names(subcommand)
+        return
+
+    def usage_pieces(ctx: click.Context) -> list[str]:
+        pieces = [command.options_metavar] if command.options_metavar else []
+        for param in command.get_params(ctx):
+            if param.param_type_name != "argument":
+                pieces.extend(param.get_usage_pieces(ctx))
+                continue
+            name = (param.metavar or param.name or "").upper() + ("..." if param.nargs != 1 else "")
+            pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+    command.collect_usage_pieces = usage_pieces  # type: ignore[method-assign]
 
 
 def _help_width() -> int:

@@ -37,16 +37,17 @@ from loops.cli.options import (
     dsl_errors_exit_usage,
     load_program,
     name_value_pairs,
+    new_run_id,
     with_options,
 )
-from loops.cli.progress import open_trace, write_step
+from loops.cli.progress import TraceFile, open_trace
 from loops.context import observing
 from loops.errors import ConfigurationError
 
 if TYPE_CHECKING:
     import dspy
 
-__all__ = ["batch_command", "eval_command", "load_sets", "optimize_command"]
+__all__ = ["batch_command", "eval_command", "load_sets", "optimize_command", "unnamed_model_note"]
 
 KindArgument = Annotated[str, typer.Argument(help="refine | fix | direct | FILE.sexp")]
 DataOption = Annotated[str, typer.Option(
@@ -145,8 +146,23 @@ def optimize_command(
         _, report = loops.optimize.run(module, trainset, valset, optimizer=optimizer, out=out, num_threads=threads,
                                        keep="optimized" if keep_optimized else "better", verbose=verbose,
                                        **_options(option or []))
-    console.print(report.summary(), highlight=False, soft_wrap=True)
+    console.print(report.summary(verdict=False, lm_note=False), highlight=False, soft_wrap=True)  # the display said it
     console.print(f"saved to {out} ({time.monotonic() - started:.0f} s in all)", highlight=False, soft_wrap=True)
+    note = unnamed_model_note(report.unnamed_roles(), lm, choice.model, f"loops {kind} ... --program {out}")
+    if note is not None:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+
+
+def unnamed_model_note(roles: list[str], lm: Any, model: str, command: str) -> str | None:
+    """What a program saved by a command does not say of its model, said the way a command's user gives one: the
+    roles that ran on `--model` (`lm`), unless it is the embedded model, the --model of every command that runs a
+    saved program unless told."""
+    from loops.saving import lm_reference
+
+    if not roles or lm_reference(lm) == "local":
+        return None
+    return (f"the saved program names no LM for {', '.join(roles)}: they ran on --model {model}, which a saved "
+            f"program does not record; give the same --model to the command that runs it ({command} --model {model})")
 
 
 @with_options
@@ -226,7 +242,8 @@ def batch_command(
         with dspy.context(lm=lm), ExitStack() as stack:
             if trace is not None:
                 trace_file = stack.enter_context(open_trace(trace))
-                stack.enter_context(observing(_ExampleTrace(trace_file, loops.batch.current_example)))
+                stack.enter_context(observing(_ExampleTrace(trace_file, loops.batch.current_example,
+                                                            checkpointed=checkpoint is not None)))
             summary = loops.batch.run(module, examples, out=out, backend=backend, concurrency=concurrency,
                                       address=address, metric=default_metric(module), retry_failed=retry_failed,
                                       options=options)
@@ -262,13 +279,27 @@ def _summary_line(summary: Any, out: Path, backend: str) -> str:
 
 
 class _ExampleTrace:
-    """A batch's --trace: every role call of every example run here, as it finishes, with the example's id."""
+    """A batch's --trace: every example run here is a run of the trace file (`TraceFile`), its records named by
+    the example's id: each role call as it finishes, then its summary. Its run id is the example's id when the
+    batch is checkpointed (the run's id in the checkpoint file), else a new one."""
 
-    def __init__(self, trace_file: IO[str], example: Callable[[], str | None]):
-        self.trace_file, self.example = trace_file, example
+    def __init__(self, trace_file: IO[str], example: Callable[[], str | None], checkpointed: bool):
+        self.trace_file, self.example, self.checkpointed = trace_file, example, checkpointed
+        self.runs: dict[str, tuple[TraceFile, float]] = {}  # the examples running, with when they started
+
+    def example_started(self, example: Any) -> None:
+        run_id = example.key if self.checkpointed else new_run_id()
+        self.runs[example.key] = (TraceFile(self.trace_file, run_id, example=example.key), time.monotonic())
 
     def step_finished(self, step: Any) -> None:
-        write_step(self.trace_file, step, example=self.example())
+        key = self.example()
+        if key in self.runs:
+            self.runs[key][0].step(step)
+
+    def example_finished(self, example: Any, record: dict[str, Any] | None, error: BaseException | None) -> None:
+        trace, started = self.runs.pop(example.key)
+        seconds = record["seconds"] if record is not None else time.monotonic() - started
+        trace.summary(record, seconds, None if error is None else f"{type(error).__name__}: {error}")
 
 
 def _checked_examples(module: Any, kind: str, data: str, split: str | None) -> list[dspy.Example]:

@@ -15,6 +15,7 @@ import functools
 import importlib
 import inspect
 import math
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,17 +26,17 @@ from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 import typer
 from rich.console import Console
 
-from loops.choices import ADAPTER_NAMES, JUDGES, POLICIES
-from loops.errors import ConfigurationError
+from loops.choices import ADAPTER_NAMES, JUDGES, POLICIES, PROFILE_NAMES
+from loops.errors import ConfigurationError, a_or_an
 
 if TYPE_CHECKING:
     import dspy
 
 __all__ = ["EXIT_AWAITING_INPUT", "EXIT_INTERRUPTED", "EXIT_NO_SUCCESS", "EXIT_RUN_FAILED", "EXIT_SUCCESS",
            "EXIT_USAGE", "KINDS", "AdapterName", "CheckOption", "CheckpointOption", "HumanOption", "Judge",
-           "ModelChoice", "Policy", "RunOptions", "ShellGrant", "Telemetry", "TimeoutOption", "TraceOption", "console",
-           "dsl_errors_exit_usage", "exit_code", "judged_by", "kind_class", "load_program", "name_value_pairs",
-           "people", "with_options"]
+           "ModelChoice", "Policy", "ProfileName", "RunOptions", "ShellGrant", "Telemetry", "TimeoutOption",
+           "TraceOption", "console", "dsl_errors_exit_usage", "exit_code", "kind_class", "load_program",
+           "name_value_pairs", "new_run_id", "people", "with_options"]
 
 EXIT_SUCCESS, EXIT_NO_SUCCESS, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 EXIT_AWAITING_INPUT = 4  # the run paused for a person's answer (stop reason "awaiting_input")
@@ -45,6 +46,7 @@ console = Console()
 Policy = enum.StrEnum("Policy", {name: name for name in POLICIES})
 Judge = enum.StrEnum("Judge", {name: name for name in JUDGES})
 AdapterName = enum.StrEnum("AdapterName", {name: name for name in ADAPTER_NAMES})
+ProfileName = enum.StrEnum("ProfileName", {name: name for name in PROFILE_NAMES})
 
 # The programs a command runs by name, as module:class (imported when a command runs, not for --help); any
 # other is a DSL program, FILE.sexp.
@@ -61,6 +63,12 @@ def exit_code(stop_reason: str, success: bool) -> int:
     if stop_reason == "awaiting_input":
         return EXIT_AWAITING_INPUT
     return EXIT_SUCCESS if success else EXIT_NO_SUCCESS
+
+
+def new_run_id() -> str:
+    """The name of a run the command was not given one for (`--run-id`): the time it started, and a few random
+    characters so that two runs started in the same second differ."""
+    return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 @contextmanager
@@ -103,14 +111,6 @@ def people(kind: str, roles: list[str] | None) -> dict[str, Any]:
     return {role: human() for role in roles}
 
 
-def judged_by(role: str, choice: Any, people: dict[str, Any]) -> dict[str, Any]:
-    """The judging role's option (`--critic`, `--evaluator`: checks or llm) and the people of `--human`, as one set
-    of the program's arguments: a person in that role's place is the judge, so both is a usage error."""
-    if choice is not None and role in people:
-        raise ConfigurationError(f"--{role} {choice.value} and --human {role} both choose the {role}: give one")
-    return {role: choice.value if choice is not None else None, **people}
-
-
 def kind_class(kind: str) -> type | None:
     """The loop class a program kind names (`refine`, `fix`, `direct`); None for any other (a DSL program)."""
     if kind not in KINDS:
@@ -143,6 +143,10 @@ class ModelChoice:
         "models]")] = None
     temperature: Annotated[float | None, typer.Option(
         "--temperature", help="Sampling temperature, 0 to 2 [default: 0 for 'local', else the model's own]")] = None
+    profile: Annotated[ProfileName | None, typer.Option(
+        "--profile", help="What the model is, over what its name says: 'small' (its writing roles answer in plain "
+        "text with worked examples, fix draws several candidates, roles see their last few turns) or 'capable' "
+        "[default: small for 'local', a SmolLM or a model of at most 1B parameters by its name; else capable]")] = None
     adapter: Annotated[AdapterName | None, typer.Option(
         "--adapter", help="How roles ask for structured answers: 'chat' (DSPy's field markers), 'json' (a JSON "
         "object; the output schema goes to the server), 'compact' (JSON without a template of placeholders) "
@@ -153,8 +157,9 @@ class ModelChoice:
 
         options = {name: getattr(self, name) for name in ("api_base", "api_key_env", "max_tokens", "temperature")
                    if getattr(self, name) is not None}
-        if self.adapter is not None:
-            options["adapter"] = self.adapter.value
+        for name in ("adapter", "profile"):
+            if getattr(self, name) is not None:
+                options[name] = getattr(self, name).value
         return resolve(self.model, **options)
 
 
@@ -163,7 +168,8 @@ TimeoutOption = Annotated[float, typer.Option(
     "--timeout", callback=_check_timeout, help="Wall-clock limit of the whole loop (a batch: of each example's), in "
     "seconds")]
 TraceOption = Annotated[Path | None, typer.Option(
-    "--trace", help="Write every role call to this JSONL file as it finishes (a batch: with its example's id)")]
+    "--trace", help="Append every role call to this JSONL file as it finishes, then the run's summary, each line "
+    "with the run's id and time (a batch: a run per example, each line with its example's id)")]
 CheckpointOption = Annotated[Path | None, typer.Option(
     "--checkpoint", help="Record every role call in this SQLite file, so that an interrupted run resumes from it "
     "without repeating calls: with --run-id (a batch: each example's run is recorded under its id)")]
@@ -190,7 +196,7 @@ class RunOptions:
             raise ConfigurationError("--run-id needs --checkpoint FILE, the file the run is recorded in")
         if self.checkpoint is None:
             return {}
-        return {"checkpoint": str(self.checkpoint), "run_id": self.run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}"}
+        return {"checkpoint": str(self.checkpoint), "run_id": self.run_id or new_run_id()}
 
     def call_options(self) -> dict[str, Any]:
         """The per-call options of a loop module: its limits, and where the run is recorded."""
@@ -291,7 +297,7 @@ def name_value_pairs(items: list[str], option: str, example: str) -> list[tuple[
 def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Module:
     """The program a command runs: the saved one at `program` (checked to be of `kind`; `arguments` given
     override its own), or a new one of `kind` built with `arguments`. None means "not given"."""
-    from loops.saving import load, saved_class
+    from loops.saving import load, objects_to_give, saved_class
 
     arguments = {name: value for name, value in arguments.items() if value is not None}
     if kind not in KINDS and not kind.endswith(".sexp"):
@@ -304,9 +310,17 @@ def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Modu
 
         saved = saved_class(program)  # checked before it is built: another kind takes other options
         if not issubclass(saved, expected or SexpProgram):
-            raise ConfigurationError(f"--program {str(program)!r} is a {saved.__name__}, not a "
-                                     f"{(expected or SexpProgram).__name__}: give it to `loops "
+            raise ConfigurationError(f"--program {str(program)!r} is {a_or_an(saved.__name__)}, not "
+                                     f"{a_or_an((expected or SexpProgram).__name__)}: give it to `loops "
                                      f"{_command_of(saved)}` instead")
+        missing = {name: given for name, given in objects_to_give(program).items() if name not in arguments}
+        if missing:
+            name, given = next(iter(missing.items()))
+            person = f", or give the role to a person (--human {name})" if name in (
+                expected or SexpProgram).contracts else ""
+            raise ConfigurationError(f"--program {str(program)!r} was saved with {name}={given}, a Python object that "
+                                     f"neither the file nor the command line can hold: run it from Python "
+                                     f"(loops.load(path, {name}=...)){person}")
         loaded = load(program, **arguments)
         if expected is None and read_program(Path(kind)) != loaded.source:
             raise ConfigurationError(f"--program {str(program)!r} was compiled from another text than {kind!r}: "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,7 +15,6 @@ from loops.cli.options import (
     Policy,
     RunOptions,
     console,
-    judged_by,
     load_program,
     people,
     with_options,
@@ -24,6 +23,12 @@ from loops.cli.progress import report, run_with_progress
 
 __all__ = ["direct", "fix", "refine"]
 
+PlainTextOption = Annotated[bool | None, typer.Option("--plain-text/--no-plain-text", help=(
+    "The writing roles answer with the text itself, at most 160 tokens (a small model's way), or inside a JSON "
+    "object beside their reasoning [default: plain text on a small model (--profile), else not]"))]
+ExamplesOption = Annotated[bool | None, typer.Option("--examples/--no-examples", help=(
+    "Show the writing role worked examples of short texts that meet their requests (loops.prose.WORKED_DRAFTS) "
+    "[default: on a small model (--profile), else no]"))]
 ProgramOption = Annotated[Path | None, typer.Option(
     "--program", help="Run a saved program (loops optimize --out, or module.save): its demos, instructions and "
     "configuration; options given here override its own")]
@@ -38,21 +43,26 @@ def refine(
     check: CheckOption = None,
     critic: Annotated[Judge | None, typer.Option(help=(
         "Who approves a draft once every --check holds: 'checks' (they alone: no critic call) or 'llm' (the "
-        "critic) [default: checks on the embedded model when --check is given, else llm]"))] = None,
+        "critic) [default: checks on a small model (--profile) when --check is given, else llm]"))] = None,
     samples: Annotated[int | None, typer.Option(min=1, max=100, help=(
         "Candidate drafts per iteration, each checked for free; the first that holds every --check is taken "
-        "[default: several on the embedded model when --check is given, else 1]"))] = None,
+        "[default: several on a small model (--profile) when --check is given, else 1]"))] = None,
     max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help="Revisions at most [default: 3]")] = None,
+    plain_text: PlainTextOption = None,
+    examples: ExamplesOption = None,
     program: ProgramOption = None,
     human: HumanOption = None,
 ) -> None:
     """Creator–Critic–Iterator: draft, then revise until the draft is approved: every --check holds, and the
-    critic approves (or, with --critic checks, the checks alone)."""
+    critic approves (or, with --critic checks, the checks alone).
+
+    Unset, --plain-text and --examples follow the model (loops.prose.prose_defaults)."""
     from loops.checks import as_checks
 
     checks = as_checks(check) or None  # a bad spec: one line, exit 2, before any LM call
+    judges = {"critic": critic.value if critic else None, **people("refine", human)}  # --human critic: a person
     module = load_program("refine", program, max_iterations=max_iterations, checks=checks, samples=samples,
-                          **judged_by("critic", critic, people("refine", human)))
+                          plain_text=plain_text, examples=examples, **judges)
     result, seconds = run_with_progress(module, choice, run.trace, requirements=requirements, context=context,
                                         **run.call_options())
     report(result, seconds, f"final draft ({'approved' if result.success else 'not approved'})")
@@ -118,7 +128,22 @@ def fix(
                                         test_command=test_command, **run.call_options())
     if workspace is not None:
         console.print(f"files written to {workspace}")
-    report(result, seconds, "tests pass" if result.success else "tests still fail")
+    report(result, seconds, _tests_title(result), passed="the tests pass")
+
+
+def _tests_title(result: Any) -> str:
+    """The verdict on the code kept, with how many tests passed when the test run counted them (pytest's)."""
+    from loops.signatures.results import ValidationResult
+    from loops.validators import parse_pytest_counts
+
+    verdict = "tests pass" if result.success else "tests still fail"
+    validation = (result.best_attempt or {}).get("validation") if isinstance(result.best_attempt, dict) else None
+    if not isinstance(validation, ValidationResult):
+        return verdict
+    passed, failed = (validation.passed, validation.failed) if validation.passed is not None else (
+        parse_pytest_counts(validation.stdout))
+    return f"{verdict}: {passed} passed, {failed} failed" if passed is not None else (
+        f"{verdict} (exit {validation.exit_code})")
 
 
 @with_options
@@ -129,18 +154,23 @@ def direct(
     check: CheckOption = None,
     evaluator: Annotated[Judge | None, typer.Option(help=(
         "Who passes a result once every --check holds: 'checks' (they alone: no evaluator call) or 'llm' (the "
-        "evaluator) [default: checks on the embedded model when --check is given, else llm]"))] = None,
+        "evaluator) [default: checks on a small model (--profile) when --check is given, else llm]"))] = None,
     max_iterations: Annotated[int | None, typer.Option(
         min=0, max=1000, help="Plan-execute-evaluate cycles at most [default: 3]")] = None,
+    plain_text: PlainTextOption = None,
+    examples: ExamplesOption = None,
     program: ProgramOption = None,
     human: HumanOption = None,
 ) -> None:
     """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it (never while a
-    --check fails)."""
+    --check fails).
+
+    Unset, --plain-text and --examples (of the executor) follow the model (loops.prose.prose_defaults)."""
     from loops.checks import as_checks
 
     checks = as_checks(check) or None
-    module = load_program("direct", program, max_iterations=max_iterations, checks=checks,
-                          **judged_by("evaluator", evaluator, people("direct", human)))
+    judges = {"evaluator": evaluator.value if evaluator else None, **people("direct", human)}
+    module = load_program("direct", program, max_iterations=max_iterations, checks=checks, plain_text=plain_text,
+                          examples=examples, **judges)
     result, seconds = run_with_progress(module, choice, run.trace, initial_input=goal, **run.call_options())
-    report(result, seconds, "passed" if result.success else "not passed")
+    report(result, seconds, "passed" if result.success else "not passed", passed="the evaluator passed")

@@ -3,6 +3,7 @@ file, and the final report with its exit code."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import shlex
 import sys
@@ -20,7 +21,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from loops.cli.options import EXIT_INTERRUPTED, ModelChoice, console, exit_code
+from loops.cli.options import EXIT_INTERRUPTED, ModelChoice, console, exit_code, new_run_id
 from loops.context import observing
 from loops.errors import ConfigurationError
 
@@ -30,17 +31,53 @@ if TYPE_CHECKING:
     from loops.person import Question
     from loops.runtime import Step
 
-__all__ = ["LiveProgress", "finish_report", "open_trace", "report", "run_with_progress", "say_interrupted",
-           "show_question", "write_step"]
+__all__ = ["LiveProgress", "TraceFile", "finish_report", "open_trace", "report", "run_with_progress",
+           "say_interrupted", "show_question"]
+
+
+class TraceFile:
+    """The `--trace` file: one JSON line per finished role call (`"record": "step"`, the step's fields,
+    `Step.to_dict`), then one that sums the run up (`"record": "summary"`: its stop reason, success, iterations,
+    LM calls, tokens, cost, warnings and wall time, and the error that ended it if one did), each with the run's
+    id and the time it was written (UTC, ISO 8601), and what else names the run (`about`: a batch's example id,
+    `"example"`). Runs are appended, so one file can hold many; their `run_id` tells them apart."""
+
+    def __init__(self, file: IO[str], run_id: str, **about: Any):
+        self.file = file
+        self.run_id = run_id
+        self.about = about
+
+    def step(self, step: Step) -> None:
+        self._write("step", step.to_dict())
+
+    def summary(self, result: Any, seconds: float, error: str | None = None) -> None:
+        """The run's last record: `result` its prediction, or a batch's record of its example (`loops.batch`),
+        None when the run ended without one (`error` says how: interrupted, or what it raised)."""
+        result = {} if result is None else result
+        error = error or result.get("error")
+        self._write("summary", {
+            "stop_reason": result.get("stop_reason"), "success": bool(result.get("success")),
+            "iterations": result.get("iterations"), "lm_calls": result.get("lm_calls"),
+            "replayed": result.get("replayed"), "cached": result.get("cached"), "tokens": result.get("tokens"),
+            "cost_usd": result.get("cost_usd"), "warnings": list(result.get("warnings") or []),
+            **({"error": error} if error else {}), "seconds": round(seconds, 3)})
+
+    def _write(self, record: str, fields: dict[str, Any]) -> None:
+        written = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+        self.file.write(json.dumps({"record": record, "run_id": self.run_id, "time": written, **self.about,
+                                    **fields}, default=str) + "\n")
+        self.file.flush()
 
 
 class LiveProgress:
     """An observer that draws finished role calls as a table and the running one with a spinner."""
 
-    def __init__(self, trace_file: IO[str] | None = None):
+    def __init__(self, trace_file: TraceFile | None = None):
         self.table = self._new_table("role calls")
         self.running: tuple[str, int, float] | None = None
         self.trace_file = trace_file
+        # Tokens of the calls shown so far that ran within a call not shown yet, by their depth (`Step.depth`).
+        self._within: dict[int, tuple[int, int]] = {}
         self.live = Live(self, console=console, refresh_per_second=8, transient=False)
 
     def __rich__(self) -> Group:
@@ -76,24 +113,27 @@ class LiveProgress:
 
     def step_finished(self, step: Step) -> None:
         self.running = None
-        tokens = f"{step.tokens['input']}/{step.tokens['output']}" if step.tokens else "-"
-        self.table.add_row(_role(step), str(step.iteration), f"{step.seconds:.1f}", tokens, str(step.attempts),
-                           _outcome(step))
+        self.table.add_row(_role(step), str(step.iteration), f"{step.seconds:.1f}", self._own_tokens(step),
+                           str(step.attempts), _outcome(step))
         if self.trace_file is not None:
-            write_step(self.trace_file, step)
+            self.trace_file.step(step)
 
-
-def write_step(trace_file: IO[str], step: Step, **fields: Any) -> None:
-    """A finished role call as a line of a --trace file, written as it finishes (`fields` first: a batch's
-    example id)."""
-    trace_file.write(json.dumps({**fields, **step.to_dict()}) + "\n")
-    trace_file.flush()
+    def _own_tokens(self, step: Step) -> str:
+        """The tokens of the requests the step sent itself: a call made within it (a DSL atom in a loop's phase,
+        a loop form within its program) has its own row above it, indented, and each request shows once."""
+        inclusive = (step.tokens["input"], step.tokens["output"]) if step.tokens else (0, 0)
+        nested = self._within.pop(step.depth + 1, (0, 0))
+        if step.depth:
+            above = self._within.get(step.depth, (0, 0))
+            self._within[step.depth] = (above[0] + inclusive[0], above[1] + inclusive[1])
+        own = (max(0, inclusive[0] - nested[0]), max(0, inclusive[1] - nested[1]))
+        return f"{own[0]}/{own[1]}" if any(own) else "-"
 
 
 def _role(step: Step) -> str:
     from loops.display import step_role
 
-    return escape(step_role(step))
+    return "  " * step.depth + escape(step_role(step))
 
 
 def _outcome(step: Step) -> str:
@@ -107,7 +147,8 @@ def _outcome(step: Step) -> str:
 def run_with_progress(module: dspy.Module, model: dspy.BaseLM | ModelChoice, trace: Path | None,
                       **inputs: Any) -> tuple[dspy.Prediction, float]:
     """Run `module` on `inputs` with the live display; returns its prediction and the wall time. The
-    command's LM (`model`) is closed at the end.
+    command's LM (`model`) is closed at the end. `trace` gets the run's steps and its summary (`TraceFile`),
+    under the run id of `inputs` (a checkpointed run's), else a new one.
 
     A wrong `--model` (or option of it) or an unwritable `--trace` raises `ConfigurationError` before
     any LM call.
@@ -120,7 +161,8 @@ def run_with_progress(module: dspy.Module, model: dspy.BaseLM | ModelChoice, tra
     lm = model.resolve() if isinstance(model, ModelChoice) else model
     with ExitStack() as stack:
         stack.callback(lm.close)  # a command's LM: its connections end with its run
-        trace_file = stack.enter_context(open_trace(trace)) if trace else None
+        trace_file = TraceFile(stack.enter_context(open_trace(trace)), inputs.get("run_id") or new_run_id()) \
+            if trace else None
         progress = LiveProgress(trace_file)
         stack.enter_context(dspy.context(lm=lm))  # the LM brings the adapter it needs (its profile)
         stack.enter_context(observing(progress))
@@ -140,9 +182,13 @@ def run_with_progress(module: dspy.Module, model: dspy.BaseLM | ModelChoice, tra
         finally:
             if progress.table.row_count:
                 console.print()
+        seconds = time.monotonic() - started
+        if trace_file is not None:
+            trace_file.summary(None if interrupted else result, seconds,
+                               "interrupted (Ctrl-C)" if interrupted else None)
     if interrupted:  # said once the trace is closed and the LM's connections are gone
         say_interrupted(trace, inputs.get("checkpoint"), inputs.get("run_id"))
-    return result, time.monotonic() - started
+    return result, seconds
 
 
 def say_interrupted(trace: Path | None, checkpoint: str | None, run_id: str | None) -> NoReturn:
@@ -163,23 +209,32 @@ def _gives_run_id(arguments: list[str]) -> bool:
 
 
 def open_trace(trace: Path) -> IO[str]:
+    """The `--trace` file, opened to append (`TraceFile` writes it); one that cannot be written is a usage error."""
     try:
-        return trace.open("w", encoding="utf-8")
+        return trace.open("a", encoding="utf-8")
     except OSError as exc:
         raise ConfigurationError(
             f"--trace {str(trace)!r} cannot be written ({exc.strerror or exc}); give a path in a writable directory"
         ) from exc
 
 
-def report(result: dspy.Prediction, seconds: float, title: str) -> None:
+def report(result: dspy.Prediction, seconds: float, title: str, passed: str = "") -> None:
     """Print the outcome, and the question of a run that waits for a person, and exit with its code (0
-    success, 1 no success, 3 the run failed, 4 it waits for a person's answer)."""
+    success, 1 no success, 3 the run failed, 4 it waits for a person's answer). `passed` says why a loop
+    that stopped with success stopped ("the tests pass"): the stop reason `stopped` alone does not."""
     from loops.display import lm_calls_text
 
     final = result.final
-    console.print(Panel(str(getattr(final, "content", final) or ""), title=title, expand=False))
+    shown = str(getattr(final, "content", final) or "")
+    if shown.strip():
+        console.print(Panel(shown, title=title, expand=False))
+    else:  # an empty box under the cause of a failed run says nothing; this line says there is nothing
+        console.print(f"{title}: none", highlight=False)
     cost = "" if result.cost_usd is None else f"   cost: ${result.cost_usd:.4f}"
-    console.print(f"stop reason: [bold]{result.stop_reason}[/bold]   iterations: {result.iterations}   "
+    reason = result.stop_reason
+    if reason == "stopped":
+        reason += f" ({passed if result.success and passed else 'the controller stopped'})"
+    console.print(f"stop reason: [bold]{reason}[/bold]   iterations: {result.iterations}   "
                   f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}{cost}   wall time: {seconds:.1f}s")
     finish_report(result)
 

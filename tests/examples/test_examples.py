@@ -46,10 +46,10 @@ def coding_loop(tmp_path: Path) -> dict:
 
 def director_loop(tmp_path: Path) -> dict:
     return {
-        "bindings": {"goal": "Describe a bicycle", "keywords": "wheels pedals"},
-        "answers": [{"plan": "describe it"}, {"result": "A bicycle has two wheels."},
-                    {"plan": "mention pedals too"}, {"result": "A bicycle has two wheels and pedals."}],
-        "check": lambda result: result == "A bicycle has two wheels and pedals.",
+        "bindings": {"goal": "Describe a teapot", "keywords": "spout handle"},
+        "answers": [{"plan": "describe it"}, {"result": "A teapot has a spout."},
+                    {"plan": "mention the handle too"}, {"result": "A teapot has a spout and a handle."}],
+        "check": lambda result: result == "A teapot has a spout and a handle.",
         "outcome": ("stopped", True),  # the evaluator passed the second result
     }
 

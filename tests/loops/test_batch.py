@@ -29,6 +29,7 @@ from loops import ConfigurationError, CreatorCriticIterator, RetryPolicy
 from loops.cli import app
 from loops.optimize import creator_critic_metric
 from loops.profile import profile_of
+from tests.loops.trace_files import trace_steps
 from tests.scripted import calls, request_text, scripted_lm
 
 # Ray keeps a local instance (its node, every server of it) on 127.0.0.1 only when told, before it is imported,
@@ -429,10 +430,10 @@ def test_cli_timeout_trace_and_checkpoint_mean_for_each_example_what_they_mean_f
 
     first = cli_batch(lm_server, data, tmp_path / "first.jsonl", "--trace", str(trace), "--checkpoint", str(checkpoint))
     sent = lm_server.requests - requests
-    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    steps = trace_steps(trace)
     again = cli_batch(lm_server, data, tmp_path / "again.jsonl", "--trace", str(tmp_path / "replayed.jsonl"),
                       "--checkpoint", str(checkpoint))
-    replayed = [json.loads(line) for line in (tmp_path / "replayed.jsonl").read_text().splitlines()]
+    replayed = trace_steps(tmp_path / "replayed.jsonl")
     lm_server.latency = 1.0
     slow = cli_batch(lm_server, write_data(tmp_path / "slow.jsonl", ["timed a", "timed b"]), tmp_path / "out.jsonl",
                      "--timeout", "0.5")

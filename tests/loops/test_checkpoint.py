@@ -28,7 +28,7 @@ import pytest
 
 import loops
 from loops import ConfigurationError, CreatorCriticIterator
-from loops.checkpoint import SQLiteStore, delete_runs, prune_runs
+from loops.checkpoint import SQLiteStore, delete_runs, program_difference, prune_runs
 from tests.loops.fake_openai import faulty_openai
 from tests.loops.test_long_loops import never_approving
 from tests.scripted import calls, scripted_lm
@@ -412,6 +412,21 @@ def test_the_cost_budget_holds_across_a_kill_and_a_resume_which_reports_the_whol
     assert (outcome["stop_reason"], outcome["final"], outcome["replayed"], outcome["lm_calls"]) == (
         "cost", expected["final"], 4, 3)
     assert outcome["cost_usd"] == pytest.approx(expected["cost_usd"])
+
+
+@pytest.mark.parametrize(("recorded", "now", "said"), [
+    ("m.Loop:abc creator=llm:1,critic=llm:2", "m.Loop:abc creator=llm:1,critic=llm:2", None),
+    ("m.Loop:abc", "m.Loop:abc creator=llm:1,critic=llm:2", None),  # recorded before roles were described
+    ("m.Loop:abc creator=llm:1,critic=llm:2", "m.Loop:def creator=llm:1,critic=person",
+     "the critic was the built-in LLM role then and is a person now"),
+    ("m.Loop:abc creator=llm:1", "m.Loop:def creator=llm:9",
+     "the creator's prompt (its instructions or fields) differs"),
+    ("m.Loop:abc", "m.Other:abc creator=llm:1", "m.Loop then, m.Other now"),
+    ("m.Loop:abc", "m.Loop:def creator=llm:1",
+     "a role's instructions or fields, or who answers it (an LM, a person as with --human, a custom phase)"),
+])
+def test_a_program_difference_says_which_role_differs(recorded, now, said):
+    assert program_difference(recorded, now) == said
 
 
 # --- retention: runs deleted by id, by age, by stop reason and by number; the file left compact ----------------

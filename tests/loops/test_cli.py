@@ -1,12 +1,12 @@
 """The `loops` command on the real embedded model (short runs); exit codes: test_cli_exit_codes.py."""
 
-import json
 import sys
 
 import pytest
 from typer.testing import CliRunner
 
 from loops.cli import app
+from tests.loops.trace_files import trace_steps
 
 pytestmark = pytest.mark.embedded
 
@@ -19,7 +19,7 @@ def test_refine_prints_the_final_draft_and_writes_the_trace(tmp_path):
 
     assert outcome.exit_code == (0 if "final draft (approved)" in outcome.output else 1), outcome.output
     assert "final draft" in outcome.output and "stop reason" in outcome.output
-    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    steps = trace_steps(trace)
     assert [step["role"] for step in steps] == ["creator", "critic"]
 
 
@@ -43,16 +43,6 @@ def test_direct_runs_the_director_loop(tmp_path):
                                        "--trace", str(trace)])
 
     assert outcome.exit_code == (1 if "not passed" in outcome.output else 0), outcome.output
-    roles = [json.loads(line)["role"] for line in trace.read_text().splitlines()]
+    roles = [step["role"] for step in trace_steps(trace)]
     assert roles[:3] == ["director", "executor", "evaluator"]
 
-
-def test_a_person_given_the_judging_role_is_the_judge_and_a_judge_chosen_beside_them_is_a_usage_error():
-    from loops import ConfigurationError, human
-    from loops.cli.options import Judge, judged_by
-
-    person = human()
-    assert judged_by("critic", None, {"critic": person}) == {"critic": person}
-    assert judged_by("evaluator", Judge("checks"), {}) == {"evaluator": "checks"}
-    with pytest.raises(ConfigurationError, match="--critic llm and --human critic both choose the critic: give one"):
-        judged_by("critic", Judge("llm"), {"critic": person})

@@ -3,7 +3,6 @@ on stderr), 3 the run failed. Scripted LMs, a loopback fake of the OpenAI API, r
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -19,7 +18,9 @@ from typer.testing import CliRunner
 import loops
 import loops.lm
 from loops.cli import app
+from loops.errors import a_or_an
 from tests.loops.fake_openai import fake_openai, faulty_openai
+from tests.loops.trace_files import trace_steps
 from tests.scripted import calls, scripted_lm
 
 GOOD = "def add(a, b):\n    return a + b\n"
@@ -103,6 +104,40 @@ def test_an_unknown_model_exits_2_before_any_lm_call():
                           "use 'local' (the embedded model) or a LiteLLM model string such as 'openai/gpt-4o-mini'")
 
 
+PYTEST = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+
+
+@pytest.mark.parametrize(("test_command", "workspace", "parts"), [
+    (f"{PYTEST} test_nope.py", "ws", ["would run no tests: it names 'test_nope.py', which is not in",
+                                      "(pytest: file or directory not found)"]),
+    (PYTEST, "nonexistent/dir", ["would run no tests: the workspace", "nonexistent/dir' holds no files",
+                                 "(pytest: no tests ran)"]),
+])
+def test_a_test_command_that_finds_no_tests_exits_2_before_any_lm_call(scripted, tmp_path, test_command, workspace,
+                                                                       parts):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "test_add.py").write_text("from solution import add\n\n\ndef test_add():\n"
+                                                 "    assert add(1, 2) == 3\n")
+
+    outcome = invoke("fix", "Write add", "-t", test_command, "--workspace", str(tmp_path / workspace))
+
+    assert_one_line_error(outcome, *parts)
+    assert sum(calls(lm) for lm in scripted.lms) == 0
+
+
+def test_a_test_command_that_ran_no_tests_stops_the_run_with_exit_2(scripted, tmp_path):
+    # A test file with no test in it: only running pytest tells.
+    (tmp_path / "test_add.py").write_text("from solution import add\n")
+    scripted.script = [GOOD]
+
+    outcome = invoke("fix", "Write add", "-t", PYTEST, "--workspace", str(tmp_path), "--samples", "1")
+
+    assert_one_line_error(outcome, "ran no tests in", "pytest collected no tests (no tests ran, exit code 5)",
+                          "fix the test command's files or options, or the workspace")
+    assert sum(calls(lm) for lm in scripted.lms) == 1
+    assert "tests still fail" not in outcome.output
+
+
 def test_a_configuration_error_found_when_the_run_starts_exits_2(scripted, tmp_path):
     outcome = invoke("fix", "x", "-t", CHECK_ADD, "--workspace", str(tmp_path), "--target-file", "../outside.py")
 
@@ -123,8 +158,25 @@ def test_a_saved_program_of_another_kind_exits_2_in_one_line(scripted, tmp_path,
 
     outcome = invoke(*command, "--program", str(path))
 
-    assert_one_line_error(outcome, f"--program {str(path)!r} is a {saved}", f"give it to `loops {belongs_to}`")
+    assert_one_line_error(outcome, f"--program {str(path)!r} is {a_or_an(saved)}", f"give it to `loops {belongs_to}`")
     assert sum(calls(lm) for lm in scripted.lms) == 0
+
+
+def short_enough(requirements, draft, iteration):
+    return len(draft) < 80
+
+
+def test_a_saved_program_with_a_python_phase_says_what_a_command_user_can_do(scripted, tmp_path):
+    path = tmp_path / "saved.json"
+    loops.CreatorCriticIterator(critic=short_enough).save(path)
+
+    outcome = invoke("refine", "x", "--program", str(path))
+
+    assert_one_line_error(outcome, f"--program {str(path)!r} was saved with critic=",
+                          "short_enough, a Python object that neither the file nor the command line can hold: run it "
+                          "from Python (loops.load(path, critic=...)), or give the role to a person (--human critic)")
+    with_a_person = invoke("refine", "x", "--program", str(path), "--human", "critic")
+    assert "was saved with" not in with_a_person.stderr and "nobody can answer here" in with_a_person.stderr
 
 
 @pytest.mark.parametrize("args", [["refine", ""], ["run", "examples/workrail_loops.sexp"]])
@@ -160,6 +212,34 @@ def test_fix_writes_the_module_the_tests_import_and_says_so_first(scripted, tmp_
     assert outcome.stdout.startswith("the tests import mul: writing mul.py (--target-file chooses another)")
     assert (tmp_path / "mul.py").read_text() == "def mul(a, b):\n    return a * b\n"
     assert not (tmp_path / "solution.py").exists()
+
+
+@pytest.mark.parametrize(("code", "exit_code", "title", "reason"), [
+    ("def add(a, b):\n    return a + b\n", 0, "tests pass: 2 passed, 0 failed", "stopped (the tests pass)"),
+    ("def add(a, b):\n    return a * b\n", 1, "tests still fail: 1 passed, 1 failed", "max_iterations"),
+])
+def test_fix_says_how_many_tests_passed_and_why_it_stopped(scripted, tmp_path, code, exit_code, title, reason):
+    (tmp_path / "test_add.py").write_text("from add import add\n\n\ndef test_one():\n    assert add(2, 2) == 4\n\n\n"
+                                          "def test_two():\n    assert add(2, 3) == 5\n")
+    scripted.script = [code]
+
+    outcome = invoke("fix", "Write add(a, b).", "-t", PYTEST, "--workspace", str(tmp_path), "--samples", "1",
+                     "--max-iterations", "1")
+
+    assert outcome.exit_code == exit_code, outcome.output
+    assert title in outcome.stdout and f"stop reason: {reason}" in outcome.stdout
+
+
+def test_a_candidate_that_repeats_earlier_code_says_so_in_its_row(scripted, tmp_path):
+    # No validator row follows a repeated candidate: its own row says why.
+    scripted.script = [BAD, BAD]
+
+    outcome = CliRunner().invoke(app, ["fix", "Write add(a, b).", "-t", CHECK_ADD, "--workspace", str(tmp_path),
+                                       "--samples", "2", "--max-iterations", "1"], env={"COLUMNS": "200"})
+
+    assert outcome.exit_code == 1, outcome.output
+    row = next(line for line in outcome.stdout.splitlines() if "executor.2" in line)
+    assert "ok; this code was tried before: not validated again" in row
 
 
 def test_fix_exits_1_when_the_tests_still_fail(scripted, tmp_path):
@@ -230,7 +310,7 @@ def test_refine_with_checks_shows_which_held_and_exits_by_them(scripted, tmp_pat
     assert outcome.exit_code == 1, outcome.output  # the critic approved; a check did not hold
     assert "final draft (not approved)" in outcome.stdout
     assert "│ checks  │         1 │" in outcome.stdout and "1/2 checks: has 2" in outcome.stdout  # the live table
-    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    steps = trace_steps(trace)
     assert [step["role"] for step in steps] == ["creator", "checks", "critic"]
     assert steps[1]["outputs"]["held_rules"] == ["Include the word 'draft'."]
 
@@ -243,6 +323,7 @@ def test_direct_exits_0_when_the_evaluator_passes_it(scripted):
 
     assert outcome.exit_code == 0, outcome.output
     assert "passed" in outcome.stdout and "not passed" not in outcome.stdout
+    assert "stop reason: stopped (the evaluator passed)" in outcome.stdout
 
 
 # --- a hosted model behind a loopback fake of the OpenAI API -------------------------------------
@@ -366,6 +447,16 @@ def test_help_into_a_pipe_is_plain_text_at_a_width_it_can_hold(columns, width):
 
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert lines[0].endswith("loops fix [OPTIONS] {task}") and "╭" not in shown.stdout
+    assert lines[0].endswith("loops fix [OPTIONS] TASK") and "╭" not in shown.stdout
     assert max(map(len, lines)) <= width
     assert any(line.strip().startswith("--target-file <str>") for line in lines)
+
+
+@pytest.mark.parametrize(("command", "usage"), [
+    (["refine"], "refine [OPTIONS] REQUIREMENTS\n"),
+    (["fix"], "fix [OPTIONS] TASK\n"),
+    (["runs", "show"], "runs show [OPTIONS] FILE RUN_ID\n"),
+])
+def test_a_usage_line_names_the_arguments_as_the_help_does(command, usage):
+    # Not typer's {requirements}, which reads as a placeholder to type as it is.
+    assert invoke(*command, "--help").output.startswith(f"Usage: root {usage}")

@@ -6,7 +6,6 @@ wait not charged to `--timeout`; a DSL program's `(human)` phase pauses and resu
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import select
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.loops.fake_openai import faulty_openai
+from tests.loops.trace_files import trace_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]|\x1b\][^\x07]*\x07|\r")
@@ -63,7 +63,7 @@ def test_a_run_pauses_a_second_process_answers_a_third_resumes_with_no_lm_reques
         assert again.returncode == 4, again.stdout + again.stderr
         assert "LM calls: 1 (+1 replayed)" in again.stdout
         assert server.received["t"] == 2  # the iterator's; the creator's was replayed
-        steps = [json.loads(line) for line in trace.read_text().splitlines()]
+        steps = trace_steps(trace)
         assert [(step["role"], step["human"], step["replayed"]) for step in steps] == [
             ("creator", False, True), ("critic", True, False), ("iterator", False, False)]
         assert steps[2]["inputs"]["feedback"] == "Name the bottle"

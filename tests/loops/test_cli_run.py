@@ -3,7 +3,6 @@ on --model, the trace file, and exit codes (2 for an error in the program, shown
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
@@ -17,6 +16,7 @@ from typer.testing import CliRunner
 import loops.lm
 from loops.cli import app
 from loops.cli.programs import dsl_value
+from tests.loops.trace_files import trace_steps
 from tests.scripted import scripted_lm
 
 
@@ -55,7 +55,7 @@ def test_atoms_run_on_the_model_and_every_call_reaches_the_trace_file(scripted, 
                      "--trace", str(trace))
     assert outcome.exit_code == 0, outcome.output
     assert '"Drink up"' in outcome.stdout and "LM calls: 1" in outcome.stdout
-    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    steps = trace_steps(trace)
     assert [step["role"] for step in steps] == ["user:slogan", "program"]
     assert steps[0]["inputs"] == {"product": "a bottle"}
 
@@ -183,15 +183,28 @@ def test_the_coding_loop_example_writes_into_the_workspace_and_passes_its_tests(
     monkeypatch.setattr(loops.lm, "resolve", lambda model: lm)
     trace = tmp_path / "trace.jsonl"
     test_command = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
-    outcome = invoke("run", str(EXAMPLES / "coding_loop.sexp"), "--workspace", str(tmp_path), "--trace", str(trace),
-                     "--set", "goal=Define greet(name)", "--set", "file=greet.py",
-                     "--set", f"test-command={test_command}", "--allow-executable", sys.executable)
+    outcome = CliRunner().invoke(app, ["run", str(EXAMPLES / "coding_loop.sexp"), "--workspace", str(tmp_path),
+                                       "--trace", str(trace), "--set", "goal=Define greet(name)", "--set",
+                                       "file=greet.py", "--set", f"test-command={test_command}",
+                                       "--allow-executable", sys.executable], env={"COLUMNS": "200"})
     assert outcome.exit_code == 0, outcome.output
     assert '((status "PASSED") (file "greet.py") (iterations 1))' in outcome.stdout
     assert "log: attempt 1 : Write greet(name)" in outcome.stdout
     assert "return f'Hello, {name}!'" in (tmp_path / "greet.py").read_text()
-    roles = [json.loads(line)["role"] for line in trace.read_text().splitlines()]
-    assert roles == ["user:plan", "user:write-code", "executor", "validator", "controller", "program"]
+    steps = trace_steps(trace)
+    assert [(step["role"], step["depth"]) for step in steps] == [
+        ("user:plan", 1), ("user:write-code", 2), ("executor", 1), ("validator", 1), ("controller", 1), ("program", 0)]
+    # The program's step holds every request made within it, the loop form's included, as it counts their calls.
+    assert (steps[-1]["lm_calls"], steps[-1]["tokens"]) == (2, {"input": 20, "output": 10})
+    # The live table shows each request once: on the row of the atom that sent it, indented within its phase.
+    table = [[cell.strip() for cell in line.split("│")[1:5]] for line in outcome.stdout.splitlines()
+             if line.count("│") == 7]
+    assert [(row[0], row[3]) for row in table] == [
+        ("user:plan", "10/5"), ("user:write-code", "10/5"), ("executor", "-"), ("validator", "-"),
+        ("controller", "-"), ("program", "-")]
+    indents = [len(line.split("│")[1]) - len(line.split("│")[1].lstrip()) for line in outcome.stdout.splitlines()
+               if line.count("│") == 7]
+    assert indents == [3, 5, 3, 3, 3, 1]
 
 
 def test_a_program_stopped_by_its_wall_clock_exits_1_with_the_position(scripted, tmp_path):

@@ -116,9 +116,9 @@ def test_resuming_a_run_with_other_options_says_what_differs_in_one_line_before_
 
     assert human.exit_code == 2
     assert human.stderr == (
-        "error: run 'r1' was recorded by another program: a CreatorCriticIterator whose roles differ from this one's "
-        "(a role's instructions or fields, or who answers it: an LM, a person as with --human, a custom phase); "
-        "resume it with the options it was recorded with, or give this run a new run_id\n")
+        "error: run 'r1' was recorded by another program, a CreatorCriticIterator whose roles differ from this "
+        "one's: the critic was the built-in LLM role then and is a person now; resume it with the options it was "
+        "recorded with (the same roles, the same --human), or give this run a new run_id\n")
     assert fixing.exit_code == 2
     assert fixing.stderr == (
         "error: run 'r1' was recorded by another program (CreatorCriticIterator, not ExecuteValidateController): "

@@ -639,6 +639,20 @@ def test_the_critic_never_approves_junk_whatever_it_says(junk):
     assert any("the draft is junk" in warning and "the critic approved it" in warning for warning in result.warnings)
 
 
+def test_observers_see_the_junk_note_on_the_critics_step():
+    module, _ = loop_with([created("][")], [verdict(approved=True)], [], max_iterations=1)
+    seen = []
+
+    class Recorder:
+        def step_finished(self, step):
+            seen.append((step.role, step.note))
+
+    with observing(Recorder()):
+        module(requirements="A haiku about rain.")
+
+    assert seen == [("creator", None), ("critic", "junk (no letters): not approved")]
+
+
 def test_an_empty_draft_is_rejected_without_asking_the_critic_and_the_iterator_is_told_why():
     module, lms = loop_with([created("")], [verdict(approved=True)], [revised("Rain on the roof")],
                             max_iterations=2)

@@ -398,12 +398,38 @@ async def test_async_phases_are_awaited_by_aforward():
     ({}, {"test_command": "true\x00"}, ConfigurationError, "holds a NUL character (\\x00), which no command line"),
     ({}, {"test_command": "no-such-executable-xyz --run"}, CommandNotFoundError,
      "executable 'no-such-executable-xyz' not found on PATH"),
+    ({}, {"test_command": f"{PYTEST} test_nope.py"}, ConfigurationError,
+     "would run no tests: it names 'test_nope.py', which is not in"),
+    ({}, {"test_command": PYTEST}, ConfigurationError, "would run no tests: the workspace"),
 ])
 def test_a_developers_mistake_raises_before_any_lm_call(tmp_path, options, inputs, error, message):
     module, lms = loop_with([wrote(GOOD)], [analysed()], **options)
 
     with pytest.raises(error, match=re.escape(message)):
         module(**{"initial_input": "write odd_list", "test_command": CHECK_ODD, **inputs})
+
+    assert call_counts(lms) == {"executor": 0, "analyst": 0}
+
+
+def test_a_validator_of_ones_own_needs_no_test_command(tmp_path):
+    validator = Phase(False, True)
+    module, lms = loop_with([wrote(BAD), wrote(GOOD)], None, workspace=tmp_path, validator=validator, analyst=False,
+                            samples=1)
+
+    result = module(initial_input="write odd_list")
+
+    assert (result.success, result.stop_reason, result.iterations) == (True, "stopped", 2)
+    assert validator.args == [("", 1), ("", 2)]
+    assert calls(lms["executor"]) == 2
+
+
+def test_the_built_in_validator_needs_a_test_command():
+    module, lms = loop_with([wrote(GOOD)], [analysed()])
+
+    with pytest.raises(ConfigurationError, match=r"no 'test_command' \(the command whose exit code 0 means done, "
+                       r"e.g. 'python -m pytest -q'\): it is required by the built-in validator \(a validator= of "
+                       r"your own needs none\)"):
+        module(initial_input="write odd_list")
 
     assert call_counts(lms) == {"executor": 0, "analyst": 0}
 

@@ -13,6 +13,7 @@ import dspy
 import pytest
 
 import loops
+import loops.lm
 from loops import Budget, ConfigurationError, CreatorCriticIterator, checkpoint
 from loops.checkpoint import MemoryStore
 from loops.errors import ReplayDivergence
@@ -164,10 +165,18 @@ def test_a_replay_that_diverges_stops_with_a_clear_error():
         CreatorCriticIterator(max_iterations=2, checkpoint=store)(requirements="a slogan", run_id="r1")
         with pytest.raises(ReplayDivergence, match="other inputs"):
             CreatorCriticIterator(max_iterations=2, checkpoint=store)(requirements="a poem", run_id="r1")
-        with pytest.raises(ReplayDivergence, match="another program"):
+        with pytest.raises(ReplayDivergence, match="another program: the critic was the built-in LLM role then and "
+                                                   "is the phase test_a_replay_that_diverges_stops_with_a_clear_error."
+                                                   "<locals>.<lambda> now; resume it with the program that recorded "
+                                                   "it"):
             CreatorCriticIterator(max_iterations=2, checkpoint=store,
                                   critic=lambda requirements, draft, iteration: False)(
                 requirements="a slogan", run_id="r1")
+        with pytest.raises(ReplayDivergence, match="another program: the critic's prompt .its instructions or "
+                                                   "fields. differs"):
+            changed = CreatorCriticIterator(max_iterations=2, checkpoint=store)
+            changed.critic.signature = changed.critic.signature.with_instructions("Judge harshly.")
+            changed(requirements="a slogan", run_id="r1")
 
 
 def test_a_replay_whose_calls_differ_from_the_record_stops_at_that_call(monkeypatch):
@@ -286,3 +295,15 @@ def test_an_unpriced_model_counts_as_free_and_says_so_once():
     assert result.warnings.count("no price is known for ['scripted/test']: their requests count as free "
                                  "against max_cost_usd") == 1
     assert result.cost_usd == 0.0
+
+
+def test_a_free_model_costs_0_with_no_cost_budget_and_a_price_not_looked_up_is_unknown():
+    # The embedded model's requests cost nothing, said without a cost budget; LiteLLM's prices are looked up only
+    # under one (its price map takes seconds to load), so a hosted model's cost is unknown (None) without it.
+    with dspy.context(lm=scripted_lm(never_approving, name=loops.lm.MODEL)):
+        free = CreatorCriticIterator(max_iterations=1)(requirements="a slogan")
+    with dspy.context(lm=scripted_lm(never_approving, name="openai/gpt-4o-mini")):
+        hosted = CreatorCriticIterator(max_iterations=1)(requirements="a slogan")
+
+    assert (free.cost_usd, [step.cost_usd for step in free.trace]) == (0.0, [0.0, 0.0])
+    assert (hosted.cost_usd, [step.cost_usd for step in hosted.trace]) == (None, [None, None])

@@ -6,12 +6,13 @@ import dspy
 import pytest
 
 import loops
+from loops import CreatorCriticIterator
 from loops.errors import MissingDependencyError
 from loops.notebook import TRACE_COLUMNS, plot_run, plot_timeline, timeline_html, trace_frame
 from loops.runtime import LoopResult
-from tests.loops.sample_runs import code_run, director_run, refine_run
+from tests.loops.sample_runs import code_run, director_run, refine_run, verdict
 from tests.loops.test_long_loops import never_approving
-from tests.scripted import scripted_lm
+from tests.scripted import Phase, scripted_lm
 
 matplotlib = pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
@@ -68,22 +69,52 @@ def judged_lines(figure):
     return {line.get_label(): list(zip(*line.get_data(), strict=True)) for line in axes.get_lines()}
 
 
-def test_a_refine_run_plots_tokens_per_role_and_criteria_met_per_iteration():
+def test_a_refine_run_plots_tokens_per_role_and_the_verdict_and_length_per_iteration():
     figure = plot_run(refine_run())
 
-    tokens_axes, judged_axes = figure.axes
+    tokens_axes, judged_axes, _ = figure.axes  # the third: the length written, twinned with the second
     assert tokens_axes.get_title() == "tokens per role"
     assert [label.get_text() for label in tokens_axes.get_xticklabels()] == ["creator", "critic", "iterator"]
     # input and output stacked: the critic ran twice, 10 + 5 tokens each time
     assert max(patch.get_y() + patch.get_height() for patch in tokens_axes.patches) == 30
-    assert judged_axes.get_title() == "judgement per iteration"
-    assert judged_lines(figure) == {"criteria met": [(1, pytest.approx(2 / 3)), (2, 1.0)]}
+    assert judged_axes.get_title() == "per iteration"
+    assert judged_lines(figure) == {"verdict (1 passed)": [(1, 0.0), (2, 1.0)]}
+    # the length of each iteration's draft, on its own axis: "first <i>draft</i>", then "second draft"
+    assert judged_lines_of(figure.axes[2]) == {"length (chars)": [(1, 18), (2, 12)]}
     assert figure._suptitle.get_text() == "stop reason: approved, success: True"
 
 
-def test_a_code_run_plots_the_tests_passed_and_a_director_run_the_evaluator():
-    assert judged_lines(plot_run(code_run())) == {"tests passed": [(1, 0.25), (2, 1.0)]}
-    assert judged_lines(plot_run(director_run(), title="two goes")) == {"evaluator passed": [(1, 0.0), (2, 1.0)]}
+def judged_lines_of(axes):
+    return {line.get_label(): list(zip(*line.get_data(), strict=True)) for line in axes.get_lines()}
+
+
+def test_a_code_run_plots_the_tests_verdict_and_a_director_run_the_evaluators():
+    assert judged_lines(plot_run(code_run())) == {"verdict (1 passed)": [(1, 0.0), (2, 1.0)]}
+    assert judged_lines(plot_run(director_run(), title="two goes")) == {"verdict (1 passed)": [(1, 0.0), (2, 1.0)]}
+
+
+def test_the_plot_shows_the_verdict_the_loop_took_not_the_criteria_the_llm_ticked():
+    # Notebook 01: a junk draft with every criterion ticked drew a line flat at 1.0 beside success False.
+    approving = verdict(3, feedback="")
+    result = refine_run([{"reasoning": "r", "draft": "]["}, approving, {"improved_draft": "Light on the rocks"},
+                         verdict(2)], max_iterations=2)
+
+    frame = trace_frame(result)
+
+    assert result.success is False
+    assert list(frame[frame["role"] == "critic"][["score", "verdict"]].itertuples(index=False, name=None)) == [
+        (1.0, False), (pytest.approx(2 / 3), False)]
+    assert judged_lines(plot_run(result)) == {"verdict (1 passed)": [(1, 0.0), (2, 0.0)]}
+
+
+def test_checks_a_judging_step_reports_are_plotted_as_the_share_held():
+    checks = Phase({"approved": False, "feedback": "too long", "checks": {"words": False, "mentions": True}},
+                   {"approved": True, "feedback": "", "checks": [{"held": True}, {"held": True}]})
+    result = CreatorCriticIterator(creator=Phase("a long draft"), critic=checks, iterator=Phase("short"))(
+        requirements="r", max_iterations=2)
+
+    assert judged_lines(plot_run(result)) == {"verdict (1 passed)": [(1, 0.0), (2, 1.0)],
+                                              "checks held": [(1, 0.5), (2, 1.0)]}
 
 
 def test_a_run_that_judges_nothing_plots_seconds_per_iteration():

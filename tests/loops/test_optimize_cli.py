@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 import loops.lm
 from loops.cli import app
+from loops.cli.datasets import unnamed_model_note
 from tests.optimize.universal import learnable_lm, universal_lm
 
 MBPP_TASKS = [
@@ -42,8 +43,11 @@ def test_optimize_saves_a_program_that_eval_and_refine_then_run(lm, tmp_path):
 
     assert optimized.exit_code == 0, optimized.output
     assert "bootstrap: creator_critic_metric" in optimized.output and f"saved to {out}" in optimized.output
-    # Trained under the context's LM (--model): said as the program is saved, not first when it cannot run.
-    assert "note: the saved program names no LM for creator.predict, critic, iterator" in optimized.output
+    # Trained under --model: said as the program is saved, the way a command user gives a model, not first when it
+    # cannot run; the display said once which program was kept.
+    assert ("note: the saved program names no LM for creator.predict, critic, iterator: they ran on --model local"
+            in " ".join(optimized.output.split()))
+    assert optimized.output.count("kept the ") == 1
     report = json.loads(out.read_text())["loops"]["report"]
     assert report["train_examples"] == 3 and report["val_examples"] == 2
     assert report["program"]["arguments"] == {"max_iterations": 1}
@@ -115,7 +119,7 @@ def test_a_saved_program_of_another_kind_is_refused(lm, tmp_path):
     outcome = invoke("eval", "refine", "--data", "builtin:writing", "--program", path)
 
     assert outcome.exit_code == 2
-    assert "is a ExecuteValidateController, not a CreatorCriticIterator: give it to `loops fix`" in outcome.output
+    assert "is an ExecuteValidateController, not a CreatorCriticIterator: give it to `loops fix`" in outcome.output
 
 
 def test_a_dsl_program_is_optimized_and_run_from_its_saved_file(monkeypatch, tmp_path):
@@ -194,3 +198,13 @@ def test_a_dsl_program_that_uses_the_shell_is_granted_it_as_loops_run_grants_it(
     assert "solved 1 of 1" in granted.output
     pattern = invoke("eval", "refine", "--data", data, "--allow-shell")
     assert pattern.exit_code == 2 and "is not one" in pattern.output, pattern.output
+
+
+def test_a_program_optimized_on_the_embedded_model_is_saved_without_a_note_on_its_model():
+    # Every command that runs a saved program runs it on --model local unless told: nothing to say.
+    assert unnamed_model_note(["critic"], loops.lm.local_lm(), "local", "loops refine ... --program p.json") is None
+    assert unnamed_model_note([], universal_lm(), "openai/x", "loops refine ... --program p.json") is None
+    assert unnamed_model_note(["critic"], universal_lm(), "openai/x", "loops refine ... --program p.json") == (
+        "the saved program names no LM for critic: they ran on --model openai/x, which a saved program does not "
+        "record; give the same --model to the command that runs it (loops refine ... --program p.json --model "
+        "openai/x)")

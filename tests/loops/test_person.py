@@ -149,7 +149,7 @@ def test_a_resumed_run_that_reaches_another_question_than_the_one_answered_diver
                                                                      run_id="r1")
         loops.answer(path, "r1", approved=True)
         creator = loops.human(answer=lambda question: {"draft": "mine"})
-        with pytest.raises(ReplayDivergence):  # another program: its creator is a person now
+        with pytest.raises(ReplayDivergence, match="the creator was the built-in LLM role then and is a person now"):
             CreatorCriticIterator(creator=creator, critic=loops.human(interactive=False))(
                 requirements="a slogan", checkpoint=path, run_id="r1")
 

@@ -21,15 +21,18 @@ from typer.testing import CliRunner
 import loops.batch
 import loops.lm
 import loops.lm.server
-from loops import CreatorCriticIterator
+from loops import CreatorCriticIterator, ExecuteValidateController
 from loops.adapters import CompactJSONAdapter
 from loops.cli import app
+from loops.code.defaults import EMBEDDED_CODE_LOOP, HOSTED_CODE_LOOP, SMALL_CODE_LOOP, code_loop_defaults
 from loops.errors import ConfigurationError
 from loops.lm import MODEL, REMOTE_MAX_TOKENS, ServerEngine, ServerLM, resolve
-from loops.profile import adapter_for
+from loops.profile import SMALL_HISTORY_WINDOW, adapter_for, profile_of
+from loops.prose import EMBEDDED_PROSE, HOSTED_PROSE, WORKED_DRAFTS, prose_defaults
 from loops.runtime import is_transient, setup_error
 from loops.saving import lm_reference
 from tests.loops.fake_openai import LLAMA_CPP_REFUSAL, answer_content, faulty_openai
+from tests.loops.trace_files import trace_steps
 from tests.scripted import scripted_lm
 
 
@@ -197,11 +200,16 @@ def test_an_lm_object_is_copied_before_settings_apply_to_it():
     ("openai/x", {"api_key_env": "LOOPS_TEST_EMPTY_KEY"}, ["LOOPS_TEST_EMPTY_KEY named by --api-key-env is empty"]),
     ("openai/x", {"api_key_env": ""}, ["the name of an environment variable holding the key, got ''"]),
     ("openai/x", {"api_base": "127.0.0.1:8080/v1"},
-     ["api_base (--api-base) must be an http(s) address such as http://127.0.0.1:8080/v1, got '127.0.0.1:8080/v1'"]),
+     ["api_base (--api-base) must be an http(s) address, got '127.0.0.1:8080/v1': did you mean "
+      "http://127.0.0.1:8080/v1?"]),
+    ("openai/x", {"api_base": "ftp://host"},
+     ["api_base (--api-base) must be an http(s) address such as http://127.0.0.1:8080/v1, got 'ftp://host'"]),
     ("local", {"api_base": "http://127.0.0.1:8080/v1"},
      ["need a model string", "the embedded model runs in this process", "'openai/<name>'"]),
     ("local", {"api_key_env": "HOME"}, ["need a model string"]),
-    ("nonexistent", {"api_base": "http://127.0.0.1:8080/v1"}, ["unknown model 'nonexistent'"]),
+    ("nonexistent", {"api_base": "http://127.0.0.1:8080/v1"}, [
+        "unknown model 'nonexistent'", "a model behind an OpenAI-compatible server (--api-base) is "
+        "'openai/<the name it serves>': use 'openai/nonexistent'"]),
 ])
 def test_mistakes_are_configuration_errors_before_any_request(monkeypatch, no_connections, model, options, parts):
     monkeypatch.delenv("LOOPS_TEST_MISSING_KEY", raising=False)
@@ -238,6 +246,8 @@ COMMANDS = {
     (["--max-tokens", "-5"], "error: max_tokens (--max-tokens) must be a positive whole number of tokens per answer"),
     (["--temperature", "3"], "error: temperature (--temperature) must be a number from 0 to 2, got 3.0"),
     (["--api-base", "http://127.0.0.1:9/v1"], "need a model string"),
+    (["--model", "smollm2", "--api-base", "http://127.0.0.1:9/v1"], "use 'openai/smollm2'"),
+    (["--model", "openai/smollm2", "--api-base", "127.0.0.1:9/v1"], "did you mean http://127.0.0.1:9/v1?"),
 ])
 def test_cli_mistakes_exit_2_with_one_line_before_any_lm_call(monkeypatch, no_connections, tmp_path, command,
                                                                options, part):
@@ -254,8 +264,61 @@ def test_cli_mistakes_exit_2_with_one_line_before_any_lm_call(monkeypatch, no_co
 
 def test_cli_help_shows_the_model_options():
     text = " ".join(CliRunner().invoke(app, ["refine", "--help"]).output.split())
-    for option in ("--api-base", "--api-key-env", "--max-tokens", "--temperature", "--adapter"):
+    for option in ("--api-base", "--api-key-env", "--max-tokens", "--temperature", "--adapter", "--profile"):
         assert option in text
+
+
+# --- a small model's profile: known by its name, or declared ---------------------------------------------
+
+
+@pytest.mark.parametrize(("model", "options", "small"), [
+    ("openai/smollm2", {"api_base": "http://127.0.0.1:8080/v1"}, True),  # the embedded model's GGUF, served
+    ("ollama/qwen2.5:0.5b", {}, True),  # at most a billion parameters, by its name
+    ("openai/smollm2", {"api_base": "http://127.0.0.1:8080/v1", "profile": "capable"}, False),
+    ("openai/gpt-4o-mini", {}, False),
+    ("openai/gpt-4o-mini", {"profile": "small"}, True),
+    ("local", {}, True),
+    ("local", {"profile": "capable"}, False),
+])
+def test_every_default_that_depends_on_the_model_follows_its_profile(no_connections, model, options, small):
+    lm = resolve(model, **options)
+
+    assert prose_defaults(lm) == (EMBEDDED_PROSE if small else HOSTED_PROSE)
+    expected_code_loop = (EMBEDDED_CODE_LOOP if model == "local" else SMALL_CODE_LOOP) if small else HOSTED_CODE_LOOP
+    assert code_loop_defaults(lm) == expected_code_loop
+    # A small model's roles see their last few turns; declared capable, a model keeps the window it had.
+    assert profile_of(lm).history_window == (None if model == "openai/gpt-4o-mini" and not small else
+                                             SMALL_HISTORY_WINDOW)
+    with dspy.context(lm=lm):
+        assert CreatorCriticIterator().settings()["plain_text"] is small
+        assert ExecuteValidateController().settings()["analyst"] is not small
+    assert no_connections == []
+
+
+def test_an_unknown_profile_is_a_configuration_error(no_connections):
+    with pytest.raises(ConfigurationError, match="unknown profile 'tiny' .--profile.: use one of 'small', 'capable'"):
+        resolve("openai/smollm2", api_base="http://127.0.0.1:8080/v1", profile="tiny")
+    outcome = CliRunner().invoke(app, ["refine", "x", "--profile", "tiny"])
+    assert outcome.exit_code == 2 and "'tiny' is not one of 'small', 'capable'" in outcome.stderr
+
+
+@pytest.mark.parametrize(("command", "options", "plain_text"), [
+    ("refine", ["--model", "openai/smollm2"], True),  # a small model by its name: its own ways
+    ("refine", ["--model", "openai/smollm2", "--no-plain-text", "--no-examples"], False),
+    ("refine", ["--model", "openai/served", "--profile", "small"], True),
+    ("refine", ["--model", "openai/served"], False),
+    ("refine", ["--model", "openai/served", "--plain-text", "--examples"], True),
+    ("direct", ["--model", "openai/smollm2"], True),
+    ("direct", ["--model", "openai/smollm2", "--no-plain-text", "--no-examples"], False),
+])
+def test_the_writing_roles_write_as_the_model_is_or_as_the_command_says(server, command, options, plain_text):
+    CliRunner().invoke(app, [command, "A slogan for a lamp", *options, "--api-base", server.base_url,
+                             "--max-iterations", "1"])
+
+    writer = server.bodies[0 if command == "refine" else 1]  # the creator's; the director plans first
+    text = json.dumps(writer["messages"])
+    assert ("response_format" not in writer) is plain_text, writer.get("response_format")
+    assert (WORKED_DRAFTS[0][1] in text) is plain_text, "the worked examples go with the small model's ways"
 
 
 # --- what reaches an OpenAI-compatible server ----------------------------------------------------
@@ -305,7 +368,8 @@ def test_a_server_that_refuses_json_schema_gets_the_schema_as_json_object_from_t
 
 def test_a_server_that_takes_no_schema_is_asked_without_one_and_the_run_says_so_once(server):
     server.refuse = frozenset({"json_schema", "json_object"})
-    lm = resolve("openai/smollm2", api_base=server.base_url, adapter="compact")
+    # Declared capable: its creator answers in JSON too (a small model's writes plain text, asking for no schema).
+    lm = resolve("openai/smollm2", api_base=server.base_url, adapter="compact", profile="capable")
     with dspy.context(lm=lm):
         result = CreatorCriticIterator(max_iterations=1)(requirements="A haiku about rain")
 
@@ -330,12 +394,13 @@ def test_cli_adapter_json_makes_every_role_send_the_schema(server, monkeypatch, 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-meant-for-openai-only")
     outcome = CliRunner().invoke(app, ["refine", "A haiku about rain", "--model", "openai/smollm2", "--api-base",
                                        server.base_url, "--adapter", "json", "--max-tokens", "300", "--temperature",
-                                       "0", "--max-iterations", "1", "--trace", str(tmp_path / "trace.jsonl")])
+                                       "0", "--max-iterations", "1", "--trace", str(tmp_path / "trace.jsonl"),
+                                       "--profile", "capable"])
 
     assert outcome.exit_code == 0, outcome.output
     assert server.formats == ["json_schema", "json_schema"], "creator and critic"
     assert all((body["max_tokens"], body["temperature"]) == (300, 0.0) for body in server.bodies)
-    roles = [json.loads(line)["role"] for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    roles = [step["role"] for step in trace_steps(tmp_path / "trace.jsonl")]
     assert roles == ["creator", "critic"]
     assert "sk-meant-for-openai-only" not in json.dumps(server.headers)
 
@@ -346,7 +411,7 @@ LM_ERRORS = dspy.utils.exceptions
 
 
 def test_a_batch_of_loops_shares_one_session_which_closes_with_its_event_loop(server, tmp_path):
-    lm = resolve("openai/smollm2", api_base=server.base_url, adapter="json").copy(cache=False)
+    lm = resolve("openai/smollm2", api_base=server.base_url, adapter="json", profile="capable").copy(cache=False)
     notes = [{"id": n, "requirements": f"note {n}"} for n in range(12)]
     with dspy.context(lm=lm):
         summary = loops.batch.run(CreatorCriticIterator(max_iterations=1), notes, out=tmp_path / "results.jsonl",
@@ -424,6 +489,7 @@ def test_a_refused_connection_names_the_address_in_the_commands_output():
 
     assert outcome.exit_code == 3, outcome.output
     assert f"cannot reach the server at http://127.0.0.1:{port}/v1/chat/completions" in " ".join(outcome.output.split())
+    assert "final draft (not approved): none" in outcome.output and "╭" not in outcome.output  # no empty box
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])

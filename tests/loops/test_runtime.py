@@ -2,7 +2,9 @@
 reach the developer, work that is never lost, limits that hold and counts that are true."""
 
 import asyncio
+import dataclasses
 import json
+import logging
 import os
 import random
 import shlex
@@ -36,7 +38,7 @@ from loops.lm import LlamaEngine
 from loops.runtime import RESULT_FIELDS, failure_action
 from loops.sexp.errors import DslTypeError
 from loops.signatures import CriticSignature
-from tests.scripted import Phase, request_text, scripted_lm
+from tests.scripted import Phase, ScriptedEngine, request_text, scripted_lm
 
 NO_WAIT = RetryPolicy(backoff_s=0)
 FAILING_TESTS = shlex.join([sys.executable, "-c", "raise SystemExit(1)"])
@@ -195,8 +197,8 @@ def test_a_call_without_its_inputs_raises_one_configuration_error_naming_each(pa
         module()
 
     said = str(raised.value)
-    assert said == "; ".join(f"no {name!r} ({module.input_contract.inputs[name].about}): it is required"
-                             for name in inputs), said
+    assert said == "; ".join(module.input_contract.inputs[name].missing(name) for name in inputs), said
+    assert all(f"no {name!r} ({module.input_contract.inputs[name].about}): it is required" in said for name in inputs)
     assert requests(lm) == 0
 
 
@@ -594,3 +596,31 @@ def test_a_phase_whose_predictor_could_not_parse_its_answer_is_not_given_a_confi
     unparsed = dspy_errors.AdapterParseError("ChatAdapter", CriticSignature, "??")
     assert failure_action(unparsed, llm=False, attempts=1, parse_failures=0, retry=_POLICY, out_of_time=False) == \
         "give_up"
+
+
+class CutShort(ScriptedEngine):
+    """Answers from its script, every answer cut at the request's max_tokens (finish_reason "length")."""
+
+    def complete(self, request):
+        return dataclasses.replace(super().complete(request), finish_reason="length")
+
+
+def test_an_answer_cut_at_max_tokens_is_a_warning_of_the_run_not_a_log_line(caplog):
+    engine = CutShort([{"reasoning": "r", "draft": "Light on the rocks"}, {"accuracy_passed": False,
+                       "completeness_passed": True, "quality_passed": True, "feedback": "more", "approved": False},
+                       {"improved_draft": "Light on the rocks at night"}, {
+                           "accuracy_passed": False, "completeness_passed": True, "quality_passed": True,
+                           "feedback": "more", "approved": False}])
+    lm = dspy.LM("scripted/cut", engine=engine, cache=False, num_retries=0)
+
+    with caplog.at_level(logging.WARNING), dspy.context(lm=lm):
+        result = CreatorCriticIterator(max_iterations=2)(requirements="A haiku about a lighthouse")
+
+    cut = [warning for warning in result.warnings if "cut at the token limit" in warning]
+    assert cut == [f"{role}: an answer was cut at the token limit of its request (max_tokens, --max-tokens), so it "
+                   "may be incomplete" for role in ("creator", "critic", "iterator")]  # once per role
+    assert not [record for record in caplog.records if "truncated" in record.getMessage()]
+    outside = dspy.LM("scripted/cut", engine=CutShort([{"answer": "yes"}]), cache=False, num_retries=0)
+    with caplog.at_level(logging.WARNING), dspy.context(lm=outside):
+        dspy.Predict("question -> answer")(question="outside any run?")  # DSPy's own line stays: no run to tell
+    assert any("truncated" in record.getMessage() for record in caplog.records)

@@ -22,7 +22,9 @@ from loops.validators import (
     PytestValidator,
     ShellValidator,
     Workspace,
+    missing_tests,
     parse_pytest_counts,
+    ran_no_tests,
 )
 from tests.processes import alive, killed, processes_with, unique_marker
 
@@ -589,3 +591,46 @@ def test_a_validator_timeout_that_is_not_a_positive_finite_number_is_refused(tim
         ShellValidator(timeout_s=timeout)
     with pytest.raises(ConfigurationError, match=re.escape(message)):  # a NaN would never cap the run's time left
         ExecuteValidateController(validator_timeout_s=timeout)
+
+
+# --- a test command that finds no tests ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("command", "found"), [
+    ("pytest -q test_x.py", None),
+    ("pytest -q test_nope.py", "it names 'test_nope.py'"),
+    ("python -m pytest -q -p no:cacheprovider test_x.py::test_one", None),
+    ("python3 -m pytest -x tests/test_nope.py::test_one", "it names 'tests/test_nope.py::test_one'"),
+    ("pytest -k test_nope.py test_x.py", None),  # -k's value is no path
+    ("pytest --pyargs mypackage", None),
+    ("pytest -q", None),  # test_x.py is there
+    ("python -c 'import sys'", None),  # not pytest: only its run tells
+    ("make test", None),
+])
+def test_missing_tests_reads_the_files_a_pytest_command_names(tmp_path, command, found):
+    (tmp_path / "test_x.py").write_text("def test_one():\n    pass\n")
+
+    problem = missing_tests(command, tmp_path)
+
+    assert problem is None if found is None else found in problem
+
+
+def test_missing_tests_in_a_workspace_without_test_files_unless_the_loop_writes_one(tmp_path):
+    assert "holds no files (pytest: no tests ran)" in missing_tests("pytest -q", tmp_path)
+    (tmp_path / "solution.py").write_text("")
+    assert "holds no test file (test_*.py or *_test.py)" in missing_tests("pytest -q", tmp_path)
+    assert missing_tests("pytest -q", tmp_path, written=["test_solution.py"]) is None
+    (tmp_path / "pytest.ini").write_text("[pytest]\npython_files = check_*.py\n")
+    assert missing_tests("pytest -q", tmp_path) is None  # pytest's configuration decides: only its run tells
+
+
+def test_ran_no_tests_reads_pytests_exit_codes_4_and_5(tmp_path):
+    (tmp_path / "test_empty.py").write_text("")
+    pytest_command = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+    shell = ShellValidator(workspace=tmp_path)
+
+    assert ran_no_tests(shell.run(pytest_command)) == "pytest collected no tests (no tests ran, exit code 5)"
+    assert ran_no_tests(shell.run(f"{pytest_command} test_nope.py")) == (
+        "pytest said 'ERROR: file or directory not found: test_nope.py' (exit code 4)")
+    assert ran_no_tests(ValidationResult(exit_code=5, stdout="5 failed")) is None  # another command's exit code 5
+    assert ran_no_tests(ValidationResult(exit_code=1, stdout="1 failed in 0.1s")) is None

@@ -1,6 +1,7 @@
 """`loops.optimize.run`: every optimizer on every program kind, with scripted LMs (tests/optimize/universal.py)."""
 
 import json
+import logging
 import shlex
 import subprocess
 import sys
@@ -358,3 +359,15 @@ def test_mipro_on_the_embedded_model_is_accepted_with_a_capable_model_to_propose
     with dspy.context(lm=local_lm()):  # nothing is loaded: building the optimizer asks no LM
         teleprompter, _, settings = build("mipro", creator_critic_metric, learn_sets()[0], {"prompt_model": proposer})
     assert teleprompter.prompt_model is proposer and settings["prompt_model"] == proposer.model
+
+
+def test_without_its_display_a_run_shows_nothing_of_dspys_own(capsys, caplog):
+    # progress=False, as in a notebook: no DSPy INFO lines, no tqdm bars, no prints; verbose=True brings them back.
+    trainset, valset = sets("creator-critic")
+    with caplog.at_level(logging.INFO), dspy.context(lm=universal_lm()):
+        loops.optimize.run(PROGRAMS["creator-critic"][0](), trainset, valset, optimizer="bootstrap", progress=False)
+
+    shown = capsys.readouterr()
+    assert shown.out == "" and "it/s]" not in shown.err and "%|" not in shown.err, shown
+    assert [record.getMessage() for record in caplog.records if record.name.startswith("dspy")
+            and record.levelno < logging.WARNING] == []

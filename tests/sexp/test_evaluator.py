@@ -249,3 +249,17 @@ def test_printing_a_self_containing_python_list_stops_at_the_cycle():
     cycle = [1]
     cycle.append(cycle)
     assert to_source(cycle) == "(1 ...)"
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("(lenght (list 1))", "unbound name 'lenght'; did you mean 'length'?"),
+    ("(define total 1) (+ totl 1)", "unbound name 'totl'; did you mean 'total'?"),
+    ("(define total 1) (set! totla 2)", "cannot set! 'totla': it is not defined (define it first); did you mean "
+                                        "'total'?"),
+    ("(define (f count) (+ cuont 1)) (f 1)", "unbound name 'cuont'; did you mean 'count'?"),  # a local name too
+    ("(frobnicate 1)", "unbound name 'frobnicate'"),  # nothing near: no guess
+])
+def test_an_unbound_name_suggests_the_nearest_bound_one(source, message):
+    with pytest.raises(UnboundName) as raised:
+        Interpreter().eval_source(source)
+    assert raised.value.message == message

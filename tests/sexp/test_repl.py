@@ -3,6 +3,9 @@ their position and caret, then the session goes on."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from loops.sexp.repl import Session, _history, main
 from tests.scripted import scripted_lm
 
@@ -76,3 +79,11 @@ def test_history_stays_in_memory_when_its_file_cannot_be_written(tmp_path):
 
     assert isinstance(_history(tmp_path / "missing-directory" / "history"), InMemoryHistory)
     assert isinstance(_history(tmp_path / "history"), FileHistory)
+
+
+def test_loops_repl_on_piped_input_reads_plain_lines_and_prints_only_the_outputs():
+    # No line editor on a pipe: no prompts echoed among the outputs, no "Input is not a terminal" warning.
+    shown = subprocess.run([sys.executable, "-m", "loops", "repl"], input="(define x 2)\n(* x\n 21)\n(exit)\n(+ 1 1)\n",
+                           capture_output=True, text=True, timeout=120, check=False)
+
+    assert (shown.returncode, shown.stdout, shown.stderr) == (0, "x\n42\n", "")
