@@ -270,7 +270,8 @@ def run(args: argparse.Namespace) -> None:
             from benchmarks.parse_rate import SERVED_MODEL, llama_server
 
             base_url = stack.enter_context(llama_server())
-            lm = resolve(f"openai/{SERVED_MODEL}", api_base=base_url, temperature=0.0, max_tokens=512)
+            # Uncached like the embedded model: DSPy's cache would answer a rerun without asking the server.
+            lm = resolve(f"openai/{SERVED_MODEL}", api_base=base_url, temperature=0.0, max_tokens=512).copy(cache=False)
         else:
             lm = margins.lm() if margins else local_lm()
         stack.enter_context(dspy.context(lm=lm))
@@ -331,8 +332,10 @@ def summarize(paths: list[Path]) -> None:
         else:
             passed = sum(record["passes"] for record in records)
             calls = sum(record["lm_calls"] for record in records)
+            # The library never edits a draft: every final text is one a writing role wrote, word for word.
+            written = sum(record["final"] is None or record["final"] in record["texts"] for record in records)
             print(f"{label}{where}: final text passes {passed}/{len(records)} = {passed / len(records):.1%}; "
-                  f"{calls} LM calls; {seconds:.0f} s")
+                  f"{calls} LM calls; {seconds:.0f} s; final text is a writing role's own {written}/{len(records)}")
 
 
 def _summarize_candidates(label: str, where: str, records: list[dict[str, Any]]) -> None:

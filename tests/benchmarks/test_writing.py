@@ -1,7 +1,7 @@
 import dspy
 import pytest
 
-from benchmarks.writing import _Margins, _summarize_margins
+from benchmarks.writing import _Margins, _summarize_margins, summarize
 from loops.optimize.critic import CriticOf
 from loops.optimize.writing import critic_examples
 
@@ -18,6 +18,22 @@ def test_the_summary_says_how_well_a_margin_separates_good_drafts_from_bad(capsy
     assert "margin of completeness_passed: ROC AUC 0.000" in printed
     assert "margin of quality_passed: ROC AUC 0.500" in printed
     assert "approved" not in printed  # never written: nothing to say
+
+
+def test_the_summary_counts_the_final_texts_a_writing_role_wrote_word_for_word(tmp_path, capsys):
+    import json
+
+    records = [{"task_id": "a", "final": "Ride on.", "texts": ["A bike", "Ride on."], "passes": True},
+               {"task_id": "b", "final": "Ride on", "texts": ["Ride on."], "passes": False},  # not what was written
+               {"task_id": "c", "final": None, "texts": [], "passes": False}]
+    out = tmp_path / "refine.jsonl"
+    out.write_text("".join(json.dumps({"label": "refine/heldout/defaults", "key": record["task_id"], "lm_calls": 1,
+                                       "seconds": 1.0, **record}) + "\n" for record in records))
+
+    summarize([out])
+
+    assert ("final text passes 1/3 = 33.3%; 3 LM calls; 3 s; final text is a writing role's own 2/3"
+            in capsys.readouterr().out)
 
 
 @pytest.mark.embedded

@@ -165,15 +165,16 @@ def test_a_replay_that_diverges_stops_with_a_clear_error():
         CreatorCriticIterator(max_iterations=2, checkpoint=store)(requirements="a slogan", run_id="r1")
         with pytest.raises(ReplayDivergence, match="other inputs"):
             CreatorCriticIterator(max_iterations=2, checkpoint=store)(requirements="a poem", run_id="r1")
-        with pytest.raises(ReplayDivergence, match="another program: the critic was the built-in LLM role then and "
+        with pytest.raises(ReplayDivergence, match="another program, a CreatorCriticIterator whose roles differ from "
+                                                   "this one's: the critic was the built-in LLM role then and "
                                                    "is the phase test_a_replay_that_diverges_stops_with_a_clear_error."
-                                                   "<locals>.<lambda> now; resume it with the program that recorded "
-                                                   "it"):
+                                                   "<locals>.<lambda> now; resume it with the options it was recorded "
+                                                   "with"):
             CreatorCriticIterator(max_iterations=2, checkpoint=store,
                                   critic=lambda requirements, draft, iteration: False)(
                 requirements="a slogan", run_id="r1")
-        with pytest.raises(ReplayDivergence, match="another program: the critic's prompt .its instructions or "
-                                                   "fields. differs"):
+        with pytest.raises(ReplayDivergence, match="whose roles differ from this one's: the critic's prompt .its "
+                                                   "instructions or fields. differs"):
             changed = CreatorCriticIterator(max_iterations=2, checkpoint=store)
             changed.critic.signature = changed.critic.signature.with_instructions("Judge harshly.")
             changed(requirements="a slogan", run_id="r1")

@@ -174,7 +174,6 @@ def test_the_timeline_draws_a_lane_per_role_and_a_bar_per_call_from_when_it_star
     assert len(bars) == len(result.trace)
     starts = [bar.get_x() for bar in bars]
     assert starts[0] == 0.0 and starts == sorted(starts)  # the calls in the order they started
-    # Each call's outcome: a writing role's is the start of what it wrote (loops.display), a critic's its verdict.
     assert [text.get_text().strip() for text in lanes.texts] == ["wrote 'first <i>draft</i>'",
                                                                  "needs revision (2/3 criteria)",
                                                                  "wrote 'second draft'", "approved (3/3 criteria)"]
