@@ -36,7 +36,7 @@ from typing import Any
 import dspy
 
 from loops.budget import Budget
-from loops.checks import Check, CheckReport, as_checks, checks_of_call, stated_rules
+from loops.checks import Check, CheckReport, as_checks, stated_rules
 from loops.choices import JUDGES
 from loops.code.draws import Draw, checked_draws
 from loops.contracts import (
@@ -161,26 +161,18 @@ class CreatorCriticIterator(LoopModule):
     def forward(self, requirements: Any = MISSING, context: Any = "", checks: Any = None,
                 **limits: Any) -> dspy.Prediction:
         inputs = {"requirements": requirements, "context": context, "checks": checks}
-        return self._forward(limits, **self._inputs_of_call(limits, inputs))
+        return self._forward(limits, **self._checked_inputs(limits, inputs))
 
     async def aforward(self, requirements: Any = MISSING, context: Any = "", checks: Any = None,
                        **limits: Any) -> dspy.Prediction:
         inputs = {"requirements": requirements, "context": context, "checks": checks}
-        return await self._aforward(limits, **self._inputs_of_call(limits, inputs))
+        return await self._aforward(limits, **self._checked_inputs(limits, inputs))
 
     def _builtin_phases(self) -> frozenset[str]:
         return self._builtin
 
-    def _inputs_of_call(self, limits: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
-        """The call's inputs, checked (`_checked_inputs`), with the run's checks: the module's, then the call's."""
-        given = self._checked_inputs(limits, inputs)
-        return {**given, "checks": self._run_checks(given["checks"])}
-
-    def _check_inputs(self, checks: Any = None, **inputs: Any) -> None:
-        self._run_checks(checks)
-
-    def _run_checks(self, given: Any) -> tuple[Check, ...]:
-        return checks_of_call(self.checks, given, alone=self._critic == "checks" and "critic='checks' approves a draft")
+    def _checks_alone(self) -> str | None:
+        return "critic='checks' approves a draft" if self._critic == "checks" else None
 
     def settings(self, checks: bool | None = None) -> dict[str, Any]:
         """How a run started now writes and judges: plain text, worked examples, the cap, candidates per

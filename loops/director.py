@@ -30,7 +30,7 @@ from typing import Any
 
 import dspy
 
-from loops.checks import Check, as_checks, checks_of_call, stated_rules
+from loops.checks import Check, as_checks, stated_rules
 from loops.choices import JUDGES
 from loops.contracts import (
     DIRECTOR,
@@ -126,26 +126,17 @@ class DirectorExecutorEvaluatorController(LoopModule):
         ) if (role != "evaluator" or evaluator != "checks") and self._set_phase(role, phase, builtin))
 
     def forward(self, initial_input: Any = MISSING, checks: Any = None, **limits: Any) -> dspy.Prediction:
-        return self._forward(limits, **self._inputs_of_call(limits, {"initial_input": initial_input, "checks": checks}))
+        return self._forward(limits, **self._checked_inputs(limits, {"initial_input": initial_input, "checks": checks}))
 
     async def aforward(self, initial_input: Any = MISSING, checks: Any = None, **limits: Any) -> dspy.Prediction:
         inputs = {"initial_input": initial_input, "checks": checks}
-        return await self._aforward(limits, **self._inputs_of_call(limits, inputs))
+        return await self._aforward(limits, **self._checked_inputs(limits, inputs))
 
     def _builtin_phases(self) -> frozenset[str]:
         return self._builtin
 
-    def _inputs_of_call(self, limits: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
-        """The call's inputs, checked (`_checked_inputs`), with the run's checks: the module's, then the call's."""
-        given = self._checked_inputs(limits, inputs)
-        return {**given, "checks": self._run_checks(given["checks"])}
-
-    def _check_inputs(self, checks: Any = None, **inputs: Any) -> None:
-        self._run_checks(checks)
-
-    def _run_checks(self, given: Any) -> tuple[Check, ...]:
-        return checks_of_call(self.checks, given,
-                              alone=self._evaluator == "checks" and "evaluator='checks' passes a result")
+    def _checks_alone(self) -> str | None:
+        return "evaluator='checks' passes a result" if self._evaluator == "checks" else None
 
     def settings(self, checks: bool | None = None) -> dict[str, Any]:
         """How the built-in executor writes in a run started now, and who passes a result (`evaluator`:

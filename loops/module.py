@@ -17,6 +17,7 @@ import dspy
 from loops import context
 from loops.budget import Budget, RetryPolicy
 from loops.checkpoint import CheckpointStore, Replay, stable_hash
+from loops.checks import Check, checks_of_call
 from loops.contracts import MISSING, InputContract, PhaseContract, not_text
 from loops.errors import ConfigurationError, a_or_an
 from loops.lm import resolve
@@ -45,6 +46,7 @@ class LoopModule(dspy.Module):
 
     contracts: Mapping[str, PhaseContract] = {}
     input_contract: InputContract = InputContract()
+    checks: tuple[Check, ...] = ()  # a program's own checks (`loops.checks`), when its pattern takes some
     aliases: Mapping[str, str] = {}
     _arguments: dict[str, Any]
 
@@ -135,7 +137,7 @@ class LoopModule(dspy.Module):
                                                 inputs_only=True)
         if not problems:
             try:
-                self._check_inputs(**self._with_defaults(inputs))
+                self._prepared(self._with_defaults(inputs))
             except ConfigurationError as error:
                 problems.append(str(error))
         return problems
@@ -148,9 +150,20 @@ class LoopModule(dspy.Module):
         problems = self.input_contract.problems({**given, **limits}, self._builtin_phases(), self._call_options())
         if problems:
             raise ConfigurationError("; ".join(problems))
-        given = self._with_defaults(given)
-        self._check_inputs(**given)
-        return given
+        return self._prepared(self._with_defaults(given))
+
+    def _prepared(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Inputs that fit the contract as the run takes them, once `_check_inputs` finds nothing wrong: a `checks`
+        input becomes the run's checks, the program's own then the call's (`loops.checks.checks_of_call`)."""
+        self._check_inputs(**inputs)
+        if "checks" not in self.input_contract.inputs:  # a DSL program's variable may be called checks
+            return inputs
+        return {**inputs, "checks": checks_of_call(self.checks, inputs["checks"], alone=self._checks_alone())}
+
+    def _checks_alone(self) -> str | None:
+        """What approves by the checks alone when this program is so set (e.g. "critic='checks' approves a
+        draft"): then a run must have some checks. None when the checks do not approve alone."""
+        return None
 
     def _with_defaults(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         builtin = self._builtin_phases()
