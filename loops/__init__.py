@@ -25,6 +25,7 @@ _EXPORTS = {
     "loops.execute_validate": ("ExecuteValidateController",),
     "loops.module": ("LoopModule",),
     "loops.person": ("Question", "answer", "answering", "human", "pending_question"),
+    "loops.refine": ("REFINE", "Refine"),
     "loops.runtime": ("STOP_REASONS", "LoopResult", "Run", "Step", "StopReason"),
     "loops.saving": ("load",),
     "loops.signatures.results": ("CodeRequest", "ControllerDecision", "StructuredAnalysisResult", "TaskResult",

@@ -1,12 +1,16 @@
 """Phase contracts, written once as data: what each pluggable phase of each pattern is called with,
 what it returns, and the one place where what a phase returned is read by the loop.
 
-Every phase gets its contract's arguments positionally, in the table's order, the iteration number
-(1-based) always last, so parameter names are free. A module checks each phase it is given against
-its table when it is built; the DSL checks its lambdas against the same tables. A custom phase's
-value passes to the next phase unchanged; the readers below only say what the *loop* (and the
-built-in phases) need of it: whether a verdict approves, whether a validation or an evaluation
-passed, which files an attempt wrote, what a controller decided.
+A plain callable phase gets its contract's arguments positionally, in the table's order, the iteration
+number (1-based) always last, so parameter names are free. A `dspy.Module` phase is called as DSPy users
+write one: by keyword, with the contract's arguments its signature (or its `forward`) names
+(`dspy.Predict("requirements, context -> draft")` gets `requirements` and `context`), and its
+prediction's output field is its value (the contract's `value`, else the last one): a creator's
+`final` is text when its draft is text. A module checks each phase it is given against its table when
+it is built; the DSL checks its lambdas against the same tables. A custom phase's value passes to the
+next phase unchanged; the readers below only say what the *loop* (and the built-in phases) need of it:
+whether a verdict approves, whether a validation or an evaluation passed, which files an attempt
+wrote, what a controller decided.
 
 What a judged attempt comes to is one rule, `judge`: a user's checks first (`loops.checks`), then the critic's
 verdict, then a numeric reward; and one ranking of attempts, `attempt_rank`. Every pattern, the DSL and the
@@ -56,6 +60,7 @@ __all__ = [
     "Verdict",
     "as_validation",
     "attempt_rank",
+    "checked_threshold",
     "contracts",
     "decision",
     "field_of",
@@ -68,6 +73,7 @@ __all__ = [
     "short_repr",
     "verdict_approved",
     "verdict_feedback",
+    "verdict_score",
 ]
 
 DECISION = "a decision: ControllerDecision, or ('continue', next_input) / ('stop', final_value) as a tuple or list"
@@ -78,13 +84,16 @@ _DECISION_FORMS = ("ControllerDecision, a 2-element list/tuple ('continue' | 'st
 @dataclass(frozen=True)
 class PhaseContract:
     """One role's contract: `role(*params)` returns what `returns` says. `answers` are the fields (name: (type,
-    description)) a person answers with in this phase's place, `ask` what they are asked (`loops.person`)."""
+    description)) a person answers with in this phase's place, `ask` what they are asked (`loops.person`).
+    `value` names the output field of a module phase's prediction that is the phase's value (the draft a
+    creator wrote); None when the loop reads the whole prediction (a critic's verdict)."""
 
     role: str
     params: tuple[str, ...]
     returns: str
     answers: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
     ask: str = ""
+    value: str | None = None
 
     @property
     def signature(self) -> str:
@@ -94,33 +103,86 @@ class PhaseContract:
         """Raise `ContractError` unless `phase` can be called with this contract's arguments."""
         if not callable(phase):
             raise ContractError(f"the {self.role} phase must be callable as {self.signature}, got {phase!r:.120}")
+        self.keywords(phase)
+
+    def keywords(self, phase: Any) -> tuple[str, ...] | None:
+        """How `phase` is called: the names of the contract's arguments it takes by keyword (a `dspy.Module`, as
+        DSPy users write one: `dspy.Predict("requirements, context -> draft")`, or a `forward` whose parameters
+        are named as the contract's), or None for every argument positionally, in the table's order (a plain
+        callable, whose parameter names are free). Raises `ContractError` when it fits neither way."""
+        module = isinstance(phase, dspy.Module)
         # A module's forward, read off its class: DSPy warns of `module.forward` read anywhere but its __call__.
-        target = functools.partial(type(phase).forward, phase) if isinstance(phase, dspy.Module) else phase
+        target = functools.partial(type(phase).forward, phase) if module else phase
         try:
             parameters = inspect.signature(target)
         except (TypeError, ValueError):
-            return  # a builtin or C callable: nothing to check against
+            return None  # a builtin or C callable: nothing to check against
+        named = [name for name, parameter in parameters.parameters.items()
+                 if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)]
+        if module and named and set(named) <= set(self.params):
+            return tuple(name for name in self.params if name in named)
+        if module and not named and any(parameter.kind is parameter.VAR_KEYWORD
+                                        for parameter in parameters.parameters.values()):
+            return self._signature_keywords(phase)
         try:
             parameters.bind(*self.params)
         except TypeError as mismatch:
             name = getattr(phase, "__qualname__", type(phase).__name__)
+            how = (" (a module whose forward names them is called by keyword, as are its signature's inputs)"
+                   if module else "")
             raise ContractError(
                 f"the {self.role} phase {name}{parameters} does not fit its contract {self.signature} -> "
-                f"{self.returns} ({mismatch}); it is called with {len(self.params)} positional argument(s)"
+                f"{self.returns} ({mismatch}); it is called with {len(self.params)} positional argument(s){how}"
             ) from None
+        return None
+
+    def _signature_keywords(self, module: dspy.Module) -> tuple[str, ...]:
+        """The contract's arguments a module that takes `**kwargs` reads: its predictors' inputs. One predictor
+        (a Predict, a ChainOfThought) must read nothing else; in a module of several, later predictors may read
+        what earlier ones wrote."""
+        predictors = module.predictors()
+        inputs = [name for predictor in predictors for name in predictor.signature.input_fields]
+        taken = tuple(name for name in self.params if name in inputs)
+        unknown = [name for name in inputs if name not in self.params] if len(predictors) == 1 else []
+        if unknown or not taken:
+            shown = ", ".join(inputs) or "nothing"
+            raise ContractError(
+                f"the {self.role} phase {type(module).__name__} reads {shown}, but its contract {self.signature} "
+                f"gives {', '.join(self.params)}: name its signature's inputs after those (e.g. "
+                f"dspy.Predict(\"{', '.join(name for name in self.params if name != 'iteration')} -> ...\"))")
+        return taken
+
+    def call(self, phase: Any, arguments: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The positional and keyword arguments `phase` is called with (`keywords`)."""
+        names = self.keywords(phase)
+        if names is None:
+            return tuple(arguments[name] for name in self.params), {}
+        return (), {name: arguments[name] for name in names}
+
+    def value_of(self, phase: Any, result: Any) -> Any:
+        """What a phase's call comes to: a module phase's prediction is read at the contract's `value` field,
+        else its last output field (a ChainOfThought's answer, after its reasoning); anything else, unchanged."""
+        if self.value is None or not isinstance(phase, dspy.Module) or not isinstance(result, dspy.Prediction):
+            return result
+        if self.value in result:
+            return result[self.value]
+        fields = list(result.keys())
+        return result[fields[-1]] if fields else result
 
 
 def contracts(**roles: tuple[Any, ...]) -> Mapping[str, PhaseContract]:
-    """Contracts by role: each `(params, returns)`, or `(params, returns, answers, ask)`."""
+    """Contracts by role: each `(params, returns)`, or `(params, returns, answers, ask)`, or `(params, returns,
+    answers, ask, value)`."""
     return {role: PhaseContract(role, *fields) for role, fields in roles.items()}
 
 
 CREATOR_CRITIC = contracts(
-    creator=(("requirements", "context", "iteration"), "the draft"),
+    creator=(("requirements", "context", "iteration"), "the draft", {}, "", "draft"),
     critic=(("requirements", "draft", "iteration"),
             "a verdict: a bool (approved), an (approved, feedback) pair, or a dict or object with "
-            "`approved` and `feedback`"),
-    iterator=(("requirements", "draft", "feedback", "iteration"), "the revised draft"),
+            "`approved` and `feedback`; or a number (a score, approving at threshold= or above), a (score, "
+            "feedback) pair, or a dict or object with `score` and `feedback`"),
+    iterator=(("requirements", "draft", "feedback", "iteration"), "the revised draft", {}, "", "draft"),
 )
 
 EXECUTE_VALIDATE = contracts(
@@ -139,8 +201,8 @@ EXECUTE_VALIDATE = contracts(
 )
 
 DIRECTOR = contracts(
-    director=(("current_input", "iteration"), "a plan"),
-    executor=(("plan", "iteration"), "the execution result"),
+    director=(("current_input", "iteration"), "a plan", {}, "", "plan"),
+    executor=(("plan", "iteration"), "the execution result", {}, "", "result"),
     evaluator=(("execution_result", "plan", "iteration"),
                "feedback: a bool, a status string (PASS/FAIL), or a dict or object with `status` or `success`"),
     controller=(("feedback", "plan", "execution_result", "iteration"), DECISION),
@@ -378,6 +440,25 @@ def files_of(result: Any, required: bool) -> dict[str, str]:
     return {}
 
 
+def verdict_score(verdict: Any) -> float | None:
+    """A numeric verdict's score: a number, a (score, feedback) pair, or a dict or object with a numeric `score`
+    or `reward` and no `approved` (a `dspy.Predict("requirements, draft -> score: float")`); None for any other
+    verdict. Judged against a threshold (`judge`)."""
+    if _is_number(verdict):
+        return float(verdict)
+    if isinstance(verdict, tuple | list) and len(verdict) == 2 and _is_number(verdict[0]):
+        return float(verdict[0])
+    if field_of(verdict, "approved") is None:
+        score = field_of(verdict, "score", "reward")
+        if _is_number(score):
+            return float(score)
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def verdict_approved(verdict: Any) -> bool:
     """Whether a critic's verdict approves the draft."""
     if isinstance(verdict, bool):
@@ -387,7 +468,8 @@ def verdict_approved(verdict: Any) -> bool:
     approved = field_of(verdict, "approved")
     if isinstance(approved, bool):
         return approved
-    raise ContractError(f"the critic returned {verdict!r:.200}; {CREATOR_CRITIC['critic'].returns} expected")
+    raise ContractError(f"the critic returned {verdict!r:.200}; {CREATOR_CRITIC['critic'].returns}, or a number "
+                        "judged against threshold=, expected")
 
 
 def verdict_feedback(verdict: Any) -> str:
@@ -466,7 +548,10 @@ def judge(checks: CheckReport | None = None, critic: Any = None, reward: float |
        dict or object with `approved` and `feedback`, as `CREATOR_CRITIC` says). A verdict that contradicts
        its own criteria (`<criterion>_passed`, the built-in critic's) is not taken: approved with a criterion
        failed, or rejected with every criterion passed, counts as not approved and says so (`contradiction`).
-    3. A `reward` (a number) approves when it reaches `threshold`, beside the critic when both are given.
+    3. A `reward` (a number) approves when it reaches `threshold`, beside the critic when both are given. A
+       critic's numeric verdict (`verdict_score`: a number, a (score, feedback) pair, a `score` field) is such
+       a reward: it approves at `threshold` or above, and the best attempt is the highest; with a `reward`
+       besides, the lower of the two counts.
     4. With neither, the checks alone decide: approved when every check holds.
     """
     if checks is None and critic is None and reward is None:
@@ -474,7 +559,17 @@ def judge(checks: CheckReport | None = None, critic: Any = None, reward: float |
     approved = checks is None or checks.passed
     parts = [checks.feedback()] if checks is not None and not checks.passed else []
     contradiction = None
-    if critic is not None:
+    score = None if critic is None else verdict_score(critic)
+    if score is not None:  # a numeric verdict is a reward the critic gave: the same threshold, the same ranking
+        if threshold is None:
+            raise ContractError(f"the critic returned {short_repr(critic)}, a score: give the loop threshold= (the "
+                                "score that approves), or have the critic return a verdict "
+                                f"({CREATOR_CRITIC['critic'].returns})")
+        feedback = verdict_feedback(critic).strip()
+        if feedback and score < threshold:
+            parts.append(feedback)
+        reward = score if reward is None else min(reward, score)
+    elif critic is not None:
         said = verdict_approved(critic)
         failed = [name for name in CRITERIA if field_of(critic, f"{name}_passed") is False]
         judged_all = all(isinstance(field_of(critic, f"{name}_passed"), bool) for name in CRITERIA)
@@ -499,6 +594,13 @@ def judge(checks: CheckReport | None = None, critic: Any = None, reward: float |
         elif threshold is None and critic is None and checks is None:
             raise ConfigurationError("a reward alone approves nothing: give a threshold it must reach")
     return Verdict(approved, "\n".join(part for part in parts if part), checks, critic, reward, contradiction)
+
+
+def checked_threshold(threshold: Any) -> float | None:
+    """A loop's `threshold=` (the score a numeric verdict or a reward must reach), checked when the loop is built."""
+    if threshold is not None and not _is_number(threshold):
+        raise ConfigurationError(f"threshold must be a number (the score that approves) or None, got {threshold!r}")
+    return threshold
 
 
 def attempt_rank(verdict: Verdict, order: int) -> tuple[Any, ...]:

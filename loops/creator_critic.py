@@ -39,7 +39,16 @@ from loops.budget import Budget
 from loops.checks import Check, CheckReport, as_checks, stated_rules
 from loops.choices import JUDGES
 from loops.code.draws import Draw, checked_draws
-from loops.contracts import CREATOR_CRITIC, CREATOR_CRITIC_INPUTS, MISSING, UNJUDGED, Verdict, attempt_rank, judge
+from loops.contracts import (
+    CREATOR_CRITIC,
+    CREATOR_CRITIC_INPUTS,
+    MISSING,
+    UNJUDGED,
+    Verdict,
+    attempt_rank,
+    checked_threshold,
+    judge,
+)
 from loops.errors import ConfigurationError, ContractError
 from loops.junk import is_junk
 from loops.module import LoopModule
@@ -107,6 +116,10 @@ class CreatorCriticIterator(LoopModule):
     restated. `draws=[Draw(...), ...]` (`loops.code.Draw`, as the code loop's) gives the candidates
     themselves instead, in order (saved with the program), and replaces `samples`.
 
+    A critic may judge by a score instead (a number, a (score, feedback) pair, or a prediction with a `score`
+    field): with `threshold=` it approves at or above it, and the best attempt is the highest-scored
+    (`loops.contracts.judge`).
+
     `plain_text=True` has the built-in creator and iterator answer with the text itself (no JSON, no
     reasoning), at most `loops.prose` defaults' `max_tokens`; `examples=True` shows the creator worked
     examples (`loops.prose.WORKED_DRAFTS`; an optimized creator's own demos instead). Left unset, these
@@ -121,8 +134,9 @@ class CreatorCriticIterator(LoopModule):
     def __init__(self, max_iterations: int | None = None, creator: Any = None, critic: Any = None,
                  iterator: Any = None, *, checks: Any = None, samples: int | None = None,
                  draws: Sequence[Draw] | None = None, plain_text: bool | None = None, examples: bool | None = None,
-                 **options: Any):
+                 threshold: float | None = None, **options: Any):
         super().__init__(max_iterations=max_iterations, **options)
+        self.threshold = checked_threshold(threshold)
         for name, choice in (("plain_text", plain_text), ("examples", examples)):
             if choice not in (None, True, False):
                 raise ConfigurationError(f"{name} must be True, False or None (by model), got {choice!r}")
@@ -282,7 +296,7 @@ class CreatorCriticIterator(LoopModule):
         if critic_mode == "phase":
             critic = yield from run.call_phase("critic", requirements=task.requirements, draft=draft,
                                                iteration=run.iteration)
-            return _judged(run, judge(checks if checks.results else None, critic))
+            return _judged(run, judge(checks if checks.results else None, critic, threshold=self.threshold))
         if checks.floor == "empty":  # nothing to judge: the floor answers alone
             critic = yield from run.call_phase("critic", _rejecting, requirements=task.stated, draft=draft,
                                                iteration=run.iteration)

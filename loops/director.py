@@ -38,10 +38,12 @@ from loops.contracts import (
     MISSING,
     UNJUDGED,
     attempt_rank,
+    checked_threshold,
     decision,
     field_of,
     judge,
     outcome_passed,
+    verdict_score,
 )
 from loops.errors import ConfigurationError, ContractError, RoleFailed
 from loops.junk import is_junk
@@ -88,7 +90,9 @@ class DirectorExecutorEvaluatorController(LoopModule):
     "evaluation": <the evaluator's own value>}`; with every check holding, the evaluator's value goes on
     unchanged. `evaluator="checks"` passes a result when every check holds, with no evaluator call;
     `evaluator="llm"` asks the built-in evaluator once they hold; left unset, the checks alone on the
-    embedded model, the evaluator on any other.
+    embedded model, the evaluator on any other. An evaluator may score instead (a number, a (score, feedback)
+    pair, a `score` field): with `threshold=` it passes a result at or above it, and the best attempt is the
+    highest-scored (`loops.contracts.judge`).
 
     `final` is the controller's stop value, or the last execution result; `success` whether the last
     evaluation passed; `best_attempt` the iteration, plan, result and feedback of the best one
@@ -100,8 +104,9 @@ class DirectorExecutorEvaluatorController(LoopModule):
 
     def __init__(self, max_iterations: int | None = None, director: Any = None, executor: Any = None,
                  evaluator: Any = None, controller: Any = None, *, checks: Any = None, plain_text: bool | None = None,
-                 examples: bool | None = None, **options: Any):
+                 examples: bool | None = None, threshold: float | None = None, **options: Any):
         super().__init__(max_iterations=max_iterations, **options)
+        self.threshold = checked_threshold(threshold)
         for name, choice in (("plain_text", plain_text), ("examples", examples)):
             if choice not in (None, True, False):
                 raise ConfigurationError(f"{name} must be True, False or None (by model), got {choice!r}")
@@ -203,7 +208,10 @@ class DirectorExecutorEvaluatorController(LoopModule):
             answer = yield from run.call("evaluator", goal=goal, plan=_text(plan), result=_text(result))
             outcome = {"status": answer.status, "feedback": answer.feedback}
             outcome = _floored(run, outcome, floor) if floor else outcome
-        verdict = judge(report, (outcome_passed(outcome), _text(field_of(outcome, "feedback") or "")))
+        scored = mode == "phase" and verdict_score(outcome) is not None  # a numeric evaluation, against threshold=
+        verdict = judge(report, outcome if scored else (outcome_passed(outcome), _text(field_of(outcome, "feedback")
+                                                                                        or "")),
+                        threshold=self.threshold)
         if report is None or report.passed:
             return outcome, verdict
         return {"status": "FAIL", "feedback": verdict.feedback, "checks": report, "evaluation": outcome}, verdict

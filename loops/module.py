@@ -63,12 +63,18 @@ class LoopModule(dspy.Module):
 
         @functools.wraps(init)
         def recording_init(self: LoopModule, *args: Any, **options: Any) -> None:
-            if "_arguments" not in vars(self):  # the outermost constructor's arguments, not a base class's
+            outermost = "_arguments" not in vars(self)  # the outermost constructor's arguments, not a base class's
+            if outermost:
                 arguments = dict(signature.bind(self, *args, **options).arguments)
                 del arguments[first]
                 extra = arguments.pop(keywords, {}) if keywords else {}
                 self._arguments = {**arguments, **extra}
             init(self, *args, **options)
+            if outermost:
+                # Last among the attributes: DSPy names a predictor by the first path it finds to it, and a phase
+                # given as an argument must be named by its role (`creator.predict`), in named_predictors() and
+                # in saved files, not by the record of the arguments.
+                self.__dict__["_arguments"] = self.__dict__.pop("_arguments")
 
         cls.__init__ = recording_init
 

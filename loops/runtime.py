@@ -266,8 +266,11 @@ class _Invoke:
 
     def perform(self) -> Any:
         try:
-            if self.deadline is not None and self.llm and not self.run_aware:
-                return context.within_deadline(self._perform, "the LM call")  # it cannot stop by itself
+            # An LM that cannot stop by itself is given up at the deadline on a worker thread; not while
+            # `dspy.streamify` streams, which sends each chunk from the thread it runs the program on (an AnyIO
+            # worker thread), where the run's gate still refuses any request past the deadline.
+            if self.deadline is not None and self.llm and not self.run_aware and dspy.settings.send_stream is None:
+                return context.within_deadline(self._perform, "the LM call")
             return self._perform()
         except RequestRefused as refused:  # the run's limits refused a request of this call
             raise refused.limit from None
@@ -462,7 +465,7 @@ def failure_action(error: BaseException, *, llm: bool, attempts: int, parse_fail
       program that must keep its position);
     - "setup": a developer's mistake that surfaced at the call (no LM, a rejected key): it raises;
     - "timeout": the run's time is up;
-    - "reparse": ask again, at a little temperature, for an answer that parses;
+    - "reparse": ask an LLM role again, at a little temperature, for an answer that parses;
     - "retry": a transient fault (rate limit, time-out, dropped connection): wait, then send again;
     - "give_up": the role failed for good.
     """
@@ -472,7 +475,8 @@ def failure_action(error: BaseException, *, llm: bool, attempts: int, parse_fail
         return "setup"
     if isinstance(error, DeadlinePassed) or out_of_time:
         return "timeout"
-    if is_unparseable(error) and parse_failures < retry.parse_retries:
+    # Only an LLM role is asked again with a config of its own: a phase (a user's program) takes no `config`.
+    if is_unparseable(error) and llm and parse_failures < retry.parse_retries:
         return "reparse"
     if is_transient(error) and attempts < retry.attempts:
         return "retry"
@@ -623,7 +627,9 @@ class Run:
 
     def call_phase(self, role: str, phase: Any = None, /, **arguments: Any) -> RoleCalls:
         """Call a pluggable phase (the module's attribute `role` unless `phase` is given) with its
-        contract's arguments, positionally in the contract's order; returns what it returns unchanged."""
+        contract's arguments (`PhaseContract.call`: a plain callable positionally in the contract's order, a
+        `dspy.Module` by keyword); returns what it returns, a module's prediction read at its value field
+        (`PhaseContract.value_of`)."""
         contract = self.contracts[role]
         if arguments.keys() != set(contract.params):
             raise TypeError(f"{role} is called with {contract.params}, not {tuple(arguments)}")
@@ -632,14 +638,23 @@ class Run:
             asked = {name: arguments[name] for name in contract.params if name != "iteration"}
             answer = yield from self._ask(role, target.for_contract(contract), asked)
             return person.phase_value(contract, dict(answer.items()), arguments)
+        args, kwargs = contract.call(target, arguments)
+        result = yield from self.invoke(role, target, arguments, args=args, kwargs=kwargs)
+        return contract.value_of(target, result)
+
+    def invoke(self, role: str, target: Any, inputs: Mapping[str, Any], *, args: tuple = (),
+               kwargs: Mapping[str, Any] | None = None, adapter: dspy.Adapter | None = None) -> RoleCalls:
+        """Call `target(*args, **kwargs)` as the step `role` of the run (a phase, a wrapped DSPy program): under
+        the run's limits and retry policy, its LM requests counted at the run's gate, traced with `inputs`,
+        recorded in the checkpoint and replayed from it (by `inputs`); under `adapter` when one is given.
+        Returns what it returns."""
         warnings_at = len(self.warnings)
-        inputs_hash = self._inputs_hash(arguments)
-        recorded = self._replayed(role, inputs_hash)
-        if recorded is not None:
-            return recorded
-        args = tuple(arguments[name] for name in contract.params)
-        result = yield from self._call(role, target, args, {}, arguments, None, llm=False)
-        self._save(role, inputs_hash, result, None, warnings_at)
+        inputs = dict(inputs)
+        inputs_hash = self._inputs_hash(inputs)
+        result = self._replayed(role, inputs_hash)
+        if result is None:
+            result = yield from self._call(role, target, args, dict(kwargs or {}), inputs, adapter, llm=False)
+            self._save(role, inputs_hash, result, None, warnings_at)
         return result
 
     def check(self, checks: Sequence[Check], value: Any, *, floor: str | None = None,
@@ -984,7 +999,10 @@ class Run:
             context.paused(time.monotonic() - asked_at)
         if run_aware and not tally.requests():
             self.cached += 1  # its engine was never reached: DSPy's cache answered
-        step = tally.step(dict(result.items()) if llm or human else {"result": result})
+        # A module phase's prediction holds its signature, which may be built at run time (a string signature's):
+        # its step keeps a copy of its fields, which a checkpoint can record.
+        shown = dspy.Prediction(**result) if isinstance(result, dspy.Prediction) else result
+        step = tally.step(dict(result.items()) if llm or human else {"result": shown})
         step.human = human
         self._record(step)
         self._notify("call_finished", call, step, None)

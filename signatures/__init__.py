@@ -12,6 +12,7 @@ from loops.signatures.director import (
     PlanExecutorSignature,
 )
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
+from loops.signatures.refine import FeedbackSignature
 from loops.signatures.results import (
     CodeRequest,
     ControllerDecision,
@@ -28,6 +29,7 @@ __all__ = [
     "CriticSignature",
     "DirectorSignature",
     "EvaluatorSignature",
+    "FeedbackSignature",
     "ExecutorSignature",
     "IterationAnalystSignature",
     "IteratorSignature",

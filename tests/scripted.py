@@ -10,13 +10,14 @@ JSONAdapter: that second request is answered by the next entry, which must then 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import dspy
-from dspy.lm15 import Message, Response, TextPart, Usage, response_to_events
+from dspy.lm15 import Message, Response, StreamDeltaEvent, TextDelta, TextPart, Usage, response_to_events
 
 Answer = dict[str, Any] | str | BaseException
 Script = list[Answer] | Callable[["ScriptedEngine", Any], Answer]
@@ -121,3 +122,28 @@ class Phase:
     @property
     def calls(self):
         return len(self.args)
+
+
+class StreamingEngine(ScriptedEngine):
+    """A scripted engine that streams each answer a few characters at a time, as a served model does."""
+
+    def __init__(self, script: Script, piece: int = 4):
+        super().__init__(script)
+        self.piece = piece
+
+    def stream(self, request: Any):
+        for event in response_to_events(self.complete(request)):
+            delta = getattr(event, "delta", None)
+            if isinstance(event, StreamDeltaEvent) and isinstance(delta, TextDelta):
+                for start in range(0, len(delta.text), self.piece):
+                    yield dataclasses.replace(event, delta=dataclasses.replace(delta, text=delta.text[start:start
+                                                                                                   + self.piece]))
+            else:
+                yield event
+
+
+def streaming_lm(script: Script) -> dspy.LM:
+    """A scripted LM whose answers stream in pieces (`dspy.streamify`)."""
+    engine = StreamingEngine(script)
+    return dspy.LM("scripted/stream", engine=engine, async_engine=AsyncScriptedEngine(engine), cache=False,
+                   num_retries=0)

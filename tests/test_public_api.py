@@ -14,7 +14,7 @@ def test_the_public_api_is_exactly_what_all_lists():
         "ContractError", "ControllerDecision", "CreatorCriticIterator", "DIRECTOR", "DeadlinePassed", "DecisionError",
         "DirectorExecutorEvaluatorController", "EXECUTE_VALIDATE", "ExecuteValidateController", "LimitReached",
         "LoopModule", "LoopResult", "LoopsError", "MissingDependencyError", "Observer", "PhaseContract",
-        "PytestValidator", "ReplayDivergence",
+        "PytestValidator", "REFINE", "Refine", "ReplayDivergence",
         "RetryPolicy", "RoleFailed", "Run", "RunError", "STOP_REASONS", "ShellValidator", "Step", "StopReason",
         "StructuredAnalysisResult", "TaskResult", "ValidationResult", "Workspace", "current_run", "load", "observing",
         "tests_controller",
@@ -40,7 +40,8 @@ def test_the_contract_tables_name_every_pluggable_phase():
     assert list(loops.CREATOR_CRITIC) == ["creator", "critic", "iterator"]
     assert list(loops.EXECUTE_VALIDATE) == ["executor", "validator", "controller"]
     assert list(loops.DIRECTOR) == ["director", "executor", "evaluator", "controller"]
-    for table in (loops.CREATOR_CRITIC, loops.EXECUTE_VALIDATE, loops.DIRECTOR):
+    assert list(loops.REFINE) == ["critic"]
+    for table in (loops.CREATOR_CRITIC, loops.EXECUTE_VALIDATE, loops.DIRECTOR, loops.REFINE):
         for role, contract in table.items():
             assert isinstance(contract, loops.PhaseContract) and contract.role == role
             assert contract.params[-1] == "iteration"

@@ -19,7 +19,8 @@ BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re
 # Asks a person at a terminal, which a test has not (the block after it shows the same loop pausing instead).
 AT_A_TERMINAL = "critic=loops.human())"
 RUNNABLE = [block for block in BLOCKS if AT_A_TERMINAL not in block]
-PATTERNS = ("CreatorCriticIterator(", "ExecuteValidateController(", "DirectorExecutorEvaluatorController(", "sexp")
+PATTERNS = ("CreatorCriticIterator(", "ExecuteValidateController(", "DirectorExecutorEvaluatorController(", "sexp",
+            "Refine(")
 
 
 def test_the_readme_calls_every_pattern_from_python():

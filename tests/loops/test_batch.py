@@ -162,7 +162,8 @@ def test_a_configuration_error_stops_the_batch_with_nothing_of_it_recorded(tmp_p
 
 
 # Rows that are JSON but that the program refuses, each with what it is told (the example's inputs are every key
-# but its id): the wrong kind of value, a key it does not take, a limit (data are inputs), no requirements at all.
+# but its id, its own checks among them): the wrong kind of value, a key it does not take, a limit (data are
+# inputs), no requirements at all.
 REFUSED = [
     ({"requirements": None}, "requirements must be a non-empty str, got None"),
     ({"requirements": 12}, "requirements must be a non-empty str, got 12"),

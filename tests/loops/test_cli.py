@@ -45,3 +45,4 @@ def test_direct_runs_the_director_loop(tmp_path):
     assert outcome.exit_code == (1 if "not passed" in outcome.output else 0), outcome.output
     roles = [step["role"] for step in trace_steps(trace)]
     assert roles[:3] == ["director", "executor", "evaluator"]
+

@@ -3,6 +3,7 @@ module is built, and what a phase returns is read in one place (`loops.contracts
 
 import asyncio
 import functools
+import json
 
 import dspy
 import pytest
@@ -35,7 +36,7 @@ from loops.contracts import (
     verdict_approved,
     verdict_feedback,
 )
-from tests.scripted import Phase
+from tests.scripted import Phase, request_text, scripted_lm
 
 MODULES = {
     "creator_critic": (CreatorCriticIterator, CREATOR_CRITIC),
@@ -361,3 +362,92 @@ def test_the_ranking_puts_answers_before_junk_then_checks_held_then_the_critic_a
                                             "checks hold, critic rejects", "checks fail, critic approves", "junk"]
     assert attempt_rank(judge(JUNK), 99) > UNJUDGED
     assert judge(run_checks([], "")).rank == (1, 0, 1, 0, 0.0)
+
+
+# --- module phases as DSPy users write them, and numeric verdicts -------------------------------------
+
+def test_a_dspy_module_phase_is_called_by_keyword_and_its_output_field_is_the_value(tmp_path):
+    """`dspy.Predict("requirements, context -> draft")` as the creator: called with the names its signature
+    declares, its draft (text) is `final` and what the critic gets, and its predictor keeps its role's name."""
+    creator = dspy.Predict("requirements, context -> draft")
+    iterator = dspy.ChainOfThought("requirements, draft, feedback -> revised")
+    critic = Phase((False, "longer"), True)
+    loop = CreatorCriticIterator(max_iterations=2, creator=creator, critic=critic, iterator=iterator)
+    assert [name for name, _ in loop.named_predictors()] == ["creator", "iterator.predict"]
+    lm = scripted_lm([{"draft": "Hi."}, {"reasoning": "say more", "revised": "Hello there."}])
+    with dspy.context(lm=lm):
+        result = loop(requirements="Greet.", context="a friend")
+    assert (result.final, result.success) == ("Hello there.", True)
+    assert [args[1] for args in critic.args] == ["Hi.", "Hello there."]  # text, not a Prediction
+    assert "a friend" in request_text(lm.engine.requests[0])
+    loop.save(tmp_path / "loop.json")
+    saved = json.loads((tmp_path / "loop.json").read_text())
+    assert {"creator", "iterator.predict"} <= saved.keys()
+    assert not any(key.startswith("_arguments") for key in saved)
+
+
+def test_a_module_whose_forward_names_the_contracts_arguments_is_called_by_keyword():
+    class Creator(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.write = dspy.Predict("requirements -> text")
+
+        def forward(self, context, requirements):  # by name, in any order; iteration not wanted
+            return self.write(requirements=f"{requirements} ({context})")
+
+    lm = scripted_lm([{"text": "A line."}])
+    loop = CreatorCriticIterator(max_iterations=1, creator=Creator(), critic=lambda *args: True)
+    with dspy.context(lm=lm):
+        result = loop(requirements="One line.", context="short")
+    assert (result.final, result.success) == ("A line.", True)
+    assert [name for name, _ in loop.named_predictors()] == ["creator.write", "iterator"]
+
+
+def test_a_module_phase_reading_inputs_its_contract_does_not_give_is_refused_when_built():
+    with pytest.raises(ContractError, match=r"reads question, .* gives requirements, context, iteration.*"
+                                            r"dspy.Predict\(\"requirements, context -> ...\"\)"):
+        CreatorCriticIterator(creator=dspy.Predict("question -> draft"))
+
+
+@pytest.mark.parametrize(("verdict", "approved", "reward", "feedback"), [
+    (0.8, True, 0.8, ""), (0.5, False, 0.5, "The reward is 0.5; it must reach 0.7."),
+    ((0.4, "too short"), False, 0.4, "too short\nThe reward is 0.4; it must reach 0.7."),
+    (dspy.Prediction(score=0.9, feedback="fine"), True, 0.9, ""), ({"reward": 0.7}, True, 0.7, ""),
+])
+def test_a_numeric_verdict_is_a_score_judged_against_the_threshold(verdict, approved, reward, feedback):
+    verdict = judge(None, verdict, threshold=0.7)
+    assert (verdict.approved, verdict.reward, verdict.feedback) == (approved, reward, feedback)
+    assert not judge(FAILED, 1.0, threshold=0.7).approved  # the checks still come first
+    assert judge(HELD, 0.9, 0.5, threshold=0.7).reward == 0.5  # with a reward besides, the lower counts
+
+
+def test_a_numeric_verdict_without_a_threshold_says_to_give_one():
+    with pytest.raises(ContractError, match="the critic returned 0.8, a score: give the loop threshold="):
+        judge(None, 0.8)
+    with pytest.raises(ConfigurationError, match="threshold must be a number"):
+        CreatorCriticIterator(threshold="high")
+
+
+def test_a_scoring_critic_approves_at_the_threshold_and_the_best_attempt_is_the_highest():
+    scores = {"first": 0.3, "second": 0.6, "third": 0.5}
+    creator = Phase("first")
+    iterator = Phase("second", "third")
+    loop = CreatorCriticIterator(max_iterations=3, creator=creator, critic=lambda r, draft, i: scores[draft],
+                                 iterator=iterator, threshold=0.9)
+    result = loop(requirements="Anything.")
+    assert (result.final, result.success, result.stop_reason) == ("second", False, "max_iterations")
+    assert result.best_attempt["verdict"] == 0.6
+    approving = CreatorCriticIterator(max_iterations=3, creator=Phase("first"), iterator=Phase("second", "third"),
+                                      critic=lambda r, draft, i: scores[draft], threshold=0.6)
+    result = approving(requirements="Anything.")
+    assert (result.final, result.success, result.iterations) == ("second", True, 2)
+
+
+def test_a_scoring_evaluator_passes_the_director_at_the_threshold():
+    scores = iter([0.2, 0.95])
+    loop = DirectorExecutorEvaluatorController(
+        max_iterations=3, director=lambda goal, i: f"plan {i}", executor=lambda plan, i: f"result of {plan}",
+        evaluator=lambda result, plan, i: next(scores), controller=lambda *args: ("continue", "again"),
+        threshold=0.9)
+    result = loop(initial_input="Do it.")
+    assert (result.final, result.success, result.iterations) == ("result of plan 2", True, 2)

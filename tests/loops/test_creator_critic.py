@@ -5,11 +5,12 @@ import threading
 import dspy
 import pytest
 from dspy.lm15 import RateLimitError, TransportError
+from dspy.streaming import StreamListener, StreamResponse
 from dspy.utils import exceptions as dspy_errors
 
 from loops import Budget, ConfigurationError, CreatorCriticIterator, LimitReached, RetryPolicy, RoleFailed, observing
 from loops.signatures import CriticSignature, IteratorSignature
-from tests.scripted import Phase, calls, request_text, scripted_lm
+from tests.scripted import Phase, calls, request_text, scripted_lm, streaming_lm
 
 NO_WAIT = RetryPolicy(backoff_s=0)
 
@@ -863,3 +864,22 @@ def test_on_the_embedded_model_with_checks_the_checks_alone_approve_from_several
 
     assert (result.final, result.success) == ("A wheel", True)
     assert roles(result) == ["creator", "checks", "creator.2", "checks", "creator.3", "checks"]  # no critic
+
+
+@pytest.mark.parametrize("timeout_s", [None, 60])
+def test_dspy_streamify_streams_the_chosen_fields_of_each_role_as_they_are_written(timeout_s):
+    """The creator's draft and the iterator's revision stream chunk by chunk, the result last; with a deadline the
+    LM call stays on the thread `dspy.streamify` runs the loop on, which is where it sends the chunks from."""
+    loop = CreatorCriticIterator(max_iterations=2, critic=lambda requirements, draft, iteration: draft == "short")
+    streamed = dspy.streamify(loop, stream_listeners=[StreamListener("draft"), StreamListener("improved_draft")])
+
+    async def chunks():
+        return [chunk async for chunk in streamed(requirements="Write.", timeout_s=timeout_s)]
+
+    with dspy.context(lm=streaming_lm([created("a long first draft"), revised("short")])):
+        received = asyncio.run(chunks())
+    pieces = [chunk for chunk in received if isinstance(chunk, StreamResponse)]
+    by_role = {name: "".join(chunk.chunk for chunk in pieces if chunk.predict_name == name)
+               for name in ("creator.predict", "iterator")}
+    assert by_role == {"creator.predict": "a long first draft", "iterator": "short"}
+    assert len(pieces) > 4 and received[-1].final == "short" and received[-1].success

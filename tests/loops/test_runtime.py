@@ -592,6 +592,12 @@ def test_what_follows_a_failed_attempt(error, attempts, parse_failures, out_of_t
                           out_of_time=out_of_time) == action
 
 
+def test_a_phase_whose_predictor_could_not_parse_its_answer_is_not_given_a_config_to_ask_again():
+    unparsed = dspy_errors.AdapterParseError("ChatAdapter", CriticSignature, "??")
+    assert failure_action(unparsed, llm=False, attempts=1, parse_failures=0, retry=_POLICY, out_of_time=False) == \
+        "give_up"
+
+
 class CutShort(ScriptedEngine):
     """Answers from its script, every answer cut at the request's max_tokens (finish_reason "length")."""
 
