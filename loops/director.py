@@ -92,7 +92,8 @@ class DirectorExecutorEvaluatorController(LoopModule):
     `evaluator="llm"` asks the built-in evaluator once they hold; left unset, the checks alone on the
     embedded model, the evaluator on any other. An evaluator may score instead (a number, a (score, feedback)
     pair, a `score` field): with `threshold=` it passes a result at or above it, and the best attempt is the
-    highest-scored (`loops.contracts.judge`).
+    highest-scored (`loops.contracts.judge`); without it, its value is read as an evaluation (an int is an exit
+    code, 0 passing).
 
     `final` is the controller's stop value, or the last execution result; `success` whether the last
     evaluation passed; `best_attempt` the iteration, plan, result and feedback of the best one
@@ -208,7 +209,9 @@ class DirectorExecutorEvaluatorController(LoopModule):
             answer = yield from run.call("evaluator", goal=goal, plan=_text(plan), result=_text(result))
             outcome = {"status": answer.status, "feedback": answer.feedback}
             outcome = _floored(run, outcome, floor) if floor else outcome
-        scored = mode == "phase" and verdict_score(outcome) is not None  # a numeric evaluation, against threshold=
+        # A numeric evaluation is a score only for a loop given threshold=; without one an evaluator's value is read
+        # as it always was (an int is an exit code, 0 passing).
+        scored = mode == "phase" and self.threshold is not None and verdict_score(outcome) is not None
         verdict = judge(report, outcome if scored else (outcome_passed(outcome), _text(field_of(outcome, "feedback")
                                                                                         or "")),
                         threshold=self.threshold)
