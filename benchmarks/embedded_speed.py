@@ -59,7 +59,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REFINE_REQUIREMENTS = "Write a two-sentence product description for a reusable water bottle."  # make demo's
+# make demo's request when the figures in benchmarks/README.md were taken (kept so that they can be taken again)
+REFINE_REQUIREMENTS = "Write a two-sentence product description for a reusable water bottle."
 FIX_TASK = "Write a function second_largest(numbers) that returns the second largest distinct number in a list."
 FIX_TESTS = ("from solution import second_largest\n\n\n"
              "def test_second_largest():\n"
