@@ -162,7 +162,7 @@ def direct_worker(record: Path, ram_cache: bool) -> dict[str, Any]:
     import llama_cpp
 
     from loops.lm import embedded
-    from loops.lm.cores import FreeCores, fixed_threads
+    from loops.lm.cores import FreeCores, fixed_threads, thread_counts
     from loops.lm.prefix_cache import PrefixCachingLlama, PrefixStates, cache_bytes
 
     requests = json.loads(record.read_text())
@@ -171,8 +171,9 @@ def direct_worker(record: Path, ram_cache: bool) -> dict[str, Any]:
     threads = fixed or free_cores.threads
     started = time.perf_counter()
     model_class = llama_cpp.Llama if ram_cache else PrefixCachingLlama
-    llama = model_class(model_path=str(embedded.model_path()), n_ctx=embedded.CONTEXT_TOKENS, n_threads=threads,
-                        n_threads_batch=threads, verbose=False)
+    generating, reading = thread_counts(threads)
+    llama = model_class(model_path=str(embedded.model_path()), n_ctx=embedded.CONTEXT_TOKENS, n_threads=generating,
+                        n_threads_batch=reading, verbose=False)
     if free_cores is not None:
         threads = free_cores.update(wait=True)
     llama.set_cache(llama_cpp.LlamaRAMCache(cache_bytes()) if ram_cache else PrefixStates(cache_bytes()))
@@ -185,7 +186,7 @@ def direct_worker(record: Path, ram_cache: bool) -> dict[str, Any]:
             for messages, options in calls:
                 if free_cores is not None:
                     threads = free_cores.update()
-                    llama_cpp.llama_set_n_threads(llama.ctx, threads, threads)
+                    llama_cpp.llama_set_n_threads(llama.ctx, *thread_counts(threads))
                 llama.create_chat_completion(messages=messages, **options)
             wall, cpu = time.perf_counter() - started, time.process_time() - cpu
             parts[loop] = _part(wall, cpu, wall, cpu, len(calls), _since(before, _perf(llama)), threads)

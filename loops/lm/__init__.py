@@ -3,8 +3,8 @@
 - `loops.lm.embedded`: the embedded default LM (SmolLM2-135M in this process, by llama.cpp): `local_lm`;
 - `loops.lm.prefix_cache`: what the embedded model keeps of the prompts it read, so that a later prompt
   sharing their beginning reads only the rest (`LOOPS_LLAMA_CACHE_MB`);
-- `loops.lm.cores`: how many threads it runs on: the cores other processes leave free
-  (`LOOPS_LLAMA_THREADS`);
+- `loops.lm.cores`: how many threads it runs on: the cores other processes leave free to read
+  prompts, one to generate (`LOOPS_LLAMA_THREADS`);
 - `loops.lm.server`: a model behind an OpenAI-compatible server of one's own (`ServerLM` and its engines);
 - `loops.lm.resolution`: which LM a model string, `local` or an LM object names (`resolve`);
 - `loops.lm.messages`: what the engines share (a request as chat messages, its sampling settings).

@@ -1,4 +1,5 @@
-"""How many threads the embedded model reads and generates with: the cores other processes leave free.
+"""How many threads the embedded model reads and generates with: the cores other processes leave free to read
+prompts, one thread to generate.
 
 llama.cpp's threads wait for each other at every step of a token, spinning, so one thread that shares its core
 with another process holds all of them up. Measured on a 2-core machine: idle, two threads read a prompt
@@ -9,7 +10,13 @@ last look. This process's own CPU time is taken out (its threads, and the childr
 validator's test run: they do not run while the model generates), and steal time (a virtual machine's
 neighbours) counts as used.
 
-`LOOPS_LLAMA_THREADS` fixes the count instead, e.g. for a benchmark.
+Generating is another matter: one token at a time is too little work for SmolLM2-135M to share, and on two
+threads their barriers cost more than the second core gives, even on an idle machine (quiet, the refine loop's
+104 tokens took 3.5-3.8 s on two threads against 1.77 s on one: benchmarks/README.md, "The embedded model's
+speed"). So the model generates on one thread (llama.cpp's `n_threads`) and reads on the free cores
+(`n_threads_batch`), as llama.cpp's own tools let `-t` and `-tb` differ.
+
+`LOOPS_LLAMA_THREADS` fixes both counts instead, e.g. for a benchmark.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import time
 
 from loops.errors import ConfigurationError
 
-__all__ = ["THREADS_VARIABLE", "FreeCores", "fixed_threads"]
+__all__ = ["GENERATION_THREADS", "THREADS_VARIABLE", "FreeCores", "fixed_threads", "thread_counts"]
 
 THREADS_VARIABLE = "LOOPS_LLAMA_THREADS"
 # A window shorter than this says more about the scheduler's last tick (10 ms) than about the load.
@@ -28,6 +35,7 @@ _SHORTEST_WINDOW_S = 0.2
 # A core that other processes use for less than this share still gets a thread: below it, an extra thread
 # gained more than the waits at its barriers cost (benchmarks/README.md, "Threads").
 _TOLERATED_USE = 0.4
+GENERATION_THREADS = 1
 
 
 def fixed_threads() -> int | None:
@@ -39,6 +47,15 @@ def fixed_threads() -> int | None:
         raise ConfigurationError(f"{THREADS_VARIABLE}={text!r} is not a thread count. Fix: set it to a whole "
                                  "number >= 1, or unset it to use the cores other processes leave free")
     return int(text)
+
+
+def thread_counts(reading: int) -> tuple[int, int]:
+    """(generating, reading) threads for a model that reads on `reading` threads: `LOOPS_LLAMA_THREADS`, when set,
+    fixes both; else generation takes `GENERATION_THREADS` of them."""
+    fixed = fixed_threads()
+    if fixed is not None:
+        return fixed, fixed
+    return min(reading, GENERATION_THREADS), reading
 
 
 class FreeCores:

@@ -28,7 +28,7 @@ from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, 
 from loops import profile
 from loops.context import before_request, deadline, given_up, within_deadline
 from loops.errors import LimitReached, MissingDependencyError, RequestRefused
-from loops.lm.cores import FreeCores, fixed_threads
+from loops.lm.cores import FreeCores, fixed_threads, thread_counts
 from loops.lm.messages import SAMPLING, chat_messages, sampling_options
 
 __all__ = ["CONTEXT_TOKENS", "DEFAULT_MAX_TOKENS", "EMBEDDED_HISTORY_WINDOW", "EMBEDDED_PROFILE", "MODEL",
@@ -83,8 +83,9 @@ def _shared_model():
                 raise _missing("'llama-cpp-python'") from exc
             capacity = prefix_cache.cache_bytes()
             threads, free_cores = _thread_policy()
-            model = prefix_cache.PrefixCachingLlama(model_path=str(path), n_ctx=CONTEXT_TOKENS, n_threads=threads,
-                                                n_threads_batch=threads, verbose=False)
+            generating, reading = thread_counts(threads)
+            model = prefix_cache.PrefixCachingLlama(model_path=str(path), n_ctx=CONTEXT_TOKENS, n_threads=generating,
+                                                    n_threads_batch=reading, verbose=False)
             if free_cores is not None:  # the load itself was the first window: what was free while it ran
                 model.use_threads(free_cores.update(wait=True))
             if capacity:

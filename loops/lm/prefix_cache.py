@@ -40,6 +40,7 @@ import numpy as np
 from llama_cpp.llama_cache import BaseLlamaCache
 
 from loops.errors import ConfigurationError
+from loops.lm.cores import thread_counts
 
 __all__ = ["CACHE_MB_VARIABLE", "DEFAULT_CACHE_MB", "PrefixCachingLlama", "PrefixStates", "cache_bytes"]
 
@@ -152,10 +153,12 @@ class PrefixCachingLlama(llama_cpp.Llama):
     _batch_read = 0  # how many leading tokens of the context were read in batches of two or more
 
     def use_threads(self, count: int) -> None:
-        """Read prompts and generate on `count` threads from the next generation on."""
-        if count != self.n_threads or count != self.n_threads_batch:
-            llama_cpp.llama_set_n_threads(self.ctx, count, count)
-            self.n_threads = self.n_threads_batch = count
+        """Read prompts on `count` threads from the next generation on, and generate on as many as
+        `loops.lm.cores.thread_counts` gives them (one, unless `LOOPS_LLAMA_THREADS` fixes it)."""
+        generating, reading = thread_counts(count)
+        if generating != self.n_threads or reading != self.n_threads_batch:
+            llama_cpp.llama_set_n_threads(self.ctx, generating, reading)
+            self.n_threads, self.n_threads_batch = generating, reading
 
     def reusable(self, prompt_length: int, shared: int) -> int:
         """How many leading tokens of the context to keep for a prompt of `prompt_length` tokens that shares

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from loops.errors import ConfigurationError
-from loops.lm.cores import FreeCores, fixed_threads
+from loops.lm.cores import GENERATION_THREADS, FreeCores, fixed_threads, thread_counts
 from tests.processes import alive
 
 SPIN = "while True: pass"
@@ -25,6 +25,27 @@ def test_the_environment_fixes_the_count_or_leaves_it_to_the_load(monkeypatch):
         monkeypatch.setenv("LOOPS_LLAMA_THREADS", wrong)
         with pytest.raises(ConfigurationError, match="LOOPS_LLAMA_THREADS=.* Fix: set it to a whole number >= 1"):
             fixed_threads()
+
+
+def test_the_model_reads_on_the_free_cores_and_generates_on_one_unless_the_environment_fixes_both(monkeypatch):
+    monkeypatch.delenv("LOOPS_LLAMA_THREADS", raising=False)
+    assert GENERATION_THREADS == 1
+    assert thread_counts(2) == (1, 2)
+    assert thread_counts(1) == (1, 1)
+    monkeypatch.setenv("LOOPS_LLAMA_THREADS", "2")
+    assert thread_counts(1) == (2, 2)
+
+
+@pytest.mark.embedded
+def test_the_shared_model_is_given_both_counts(monkeypatch):
+    from loops.lm import embedded
+
+    monkeypatch.delenv("LOOPS_LLAMA_THREADS", raising=False)
+    llama = embedded._shared_model()
+    llama.use_threads(2)
+    assert (llama.n_threads, llama.n_threads_batch) == (1, 2)
+    llama.use_threads(1)
+    assert (llama.n_threads, llama.n_threads_batch) == (1, 1)
 
 
 def test_the_count_stays_between_one_and_the_physical_cores():
