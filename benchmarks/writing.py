@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
 from collections import defaultdict
@@ -204,9 +205,24 @@ def loop_records(kind: str, split: str, args: argparse.Namespace, done: set[str]
             "seconds": round(time.monotonic() - started, 1)}
 
 
+def fit_and_selection(train: list, optimizer: str) -> tuple[list, list]:
+    """What an optimizer fits on and what it selects its candidates on, both from `train`: for one that selects
+    on a validation set, a seeded third of `train` apart; for the others, all of it (they never read the second)."""
+    from loops.optimize import OPTIMIZERS
+
+    if not OPTIMIZERS[optimizer].uses_valset:
+        return train, train
+    apart = set(random.Random(0).sample(range(len(train)), len(train) // 3))
+    return ([example for index, example in enumerate(train) if index not in apart],
+            [example for index, example in enumerate(train) if index in apart])
+
+
 def optimize_records(args: argparse.Namespace, done: set[str]) -> Any:
     """refine optimized on the train tasks toward their checks (`checks_metric`, each example's own checks), with
-    `--optimizer`; the baseline and the kept program scored on train and on `--split` (held-out)."""
+    `--optimizer`; the baseline and the kept program scored on train and on `--split` (held-out).
+
+    The optimizer never sees `--split`: one that selects among its candidates on a validation set (random
+    search, MIPRO, GEPA) gets a seeded third of the train tasks for it and fits on the rest."""
     import loops.optimize
     from loops import CreatorCriticIterator
     from loops.optimize import checks_metric
@@ -217,13 +233,14 @@ def optimize_records(args: argparse.Namespace, done: set[str]) -> Any:
     started = time.monotonic()
     baseline = CreatorCriticIterator(**_loop_options(args))
     train, scored = refine_examples("train"), refine_examples(args.split)
+    fit, selection = fit_and_selection(train, args.optimizer)
     metric = checks_metric()
-    kept, report = loops.optimize.run(baseline, train, scored, metric, optimizer=args.optimizer, progress=False,
+    kept, report = loops.optimize.run(baseline, fit, selection, metric, optimizer=args.optimizer, progress=False,
                                       keep="optimized")
-    train_before, _ = loops.optimize.evaluate(baseline, train, metric, progress=False)
-    train_after, _ = loops.optimize.evaluate(kept, train, metric, progress=False)
-    yield "optimize", {"optimizer": args.optimizer, "train": [train_before.score, train_after.score],
-                       "scored": [report.before.score, report.after.score], "changes": report.changes,
+    scores = {name: [loops.optimize.evaluate(program, examples, metric, progress=False)[0].score
+                     for program in (baseline, kept)]
+              for name, examples in (("train", train), ("scored", scored))}
+    yield "optimize", {"optimizer": args.optimizer, **scores, "changes": report.changes,
                        "lm_calls": report.lm_calls, "seconds": round(time.monotonic() - started, 1)}
 
 

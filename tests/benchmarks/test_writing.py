@@ -51,3 +51,16 @@ def test_the_margins_are_the_models_preference_where_it_wrote_each_verdict_field
     # the sampled value follows the model's preference where no penalty or grammar overruled it
     if verdict.accuracy_passed is not None:
         assert (read["accuracy_passed"] > 0) == verdict.accuracy_passed
+
+
+def test_an_optimizer_that_selects_on_a_validation_set_selects_on_train_tasks_it_does_not_fit_on():
+    from benchmarks.writing import fit_and_selection
+    from loops.optimize.writing import refine_examples
+
+    train, heldout = refine_examples("train"), refine_examples("heldout")
+    fit, selection = fit_and_selection(train, "gepa")
+    assert len(selection) == len(train) // 3 and len(fit) + len(selection) == len(train)
+    assert not {id(example) for example in fit} & {id(example) for example in selection}
+    assert not {str(example.requirements) for example in selection} & {str(example.requirements) for example in heldout}
+    assert fit_and_selection(train, "gepa") == (fit, selection)  # seeded: a rerun selects on the same tasks
+    assert fit_and_selection(train, "bootstrap") == (train, train)
