@@ -32,11 +32,13 @@ test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest --nbmake notebooks
 
-# The venv's own pip first becomes the lock's: a new venv's bundled pip (23.2) took 331-356 s to install the lock
-# here, the lock's pip 178 s (a loaded 2-core machine, wheels cached; docs/dependencies.md).
+# The venv's own pip first becomes the lock's, hash-checked like every other package: a new venv's bundled pip
+# (23.2) took 331-356 s to install the lock here, the lock's pip 178 s (a loaded 2-core machine, wheels cached;
+# docs/dependencies.md).
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet "pip==$$(sed -n 's/^pip==\([^ ]*\).*/\1/p' $(LOCK_LOCAL))"
+	awk '/^pip==/ {found = 1; print; next} found && /^[^ ]/ {exit} found' $(LOCK_LOCAL) > $(VENV)/pip.lock
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(VENV)/pip.lock
 
 # llama-cpp-python compiles from source the first time (about 8-12 minutes on 2 cores); pip caches the wheel.
 # PyPI has no portable CPU wheel of it, and no other wheel that serves as well (README.md, "Why compile").
