@@ -12,6 +12,7 @@ import dspy
 import pytest
 from dspy.streaming import StatusMessage, StreamListener, StreamResponse
 
+import loops.sexp
 from loops import CreatorCriticIterator, LoopResult, Refine, StatusMessages
 from loops.lm import LlamaEngine, local_lm, resolve
 from loops.profile import with_adapter, with_size
@@ -136,7 +137,7 @@ def test_a_served_model_streams_its_server_sent_events_with_their_usage(asynchro
         loop = CreatorCriticIterator(max_iterations=1, critic=approves("a draft"))
         with dspy.context(lm=lm):
             received = streamed_run(loop, [StreamListener("draft")], asynchronous=asynchronous,
-                                    requirements="Write.")
+                                    requirements=f"Write ({'async' if asynchronous else 'sync'}).")
     pieces = [item for item in received if isinstance(item, StreamResponse)]
     assert len(pieces) > 1 and field_text(received, "draft") == received[-1].final == "a draft"
     assert received[-1].success and received[-1].tokens > 0, "the usage of the stream's last event is counted"
@@ -193,3 +194,32 @@ def test_the_embedded_model_streams_its_draft_token_by_token_as_it_writes_it():
     said = statuses(received)
     assert [message.split(":")[0] for message in said] == ["creator", "creator", "critic", "critic", "finished"]
     assert said.index("creator: writing reasoning, draft (iteration 1)") < received.index(pieces[0])
+
+
+def test_a_dsl_program_compiled_to_a_module_streams_its_atoms_fields_within_its_loop_form():
+    program = loops.sexp.compile("examples/creator_critic.sexp")
+    script = [{"draft": "Sip on the go, wherever the long road takes you, with a reusable water bottle"},
+              {"revised": "Sip anywhere: your reusable water bottle"}]
+    with dspy.context(lm=streaming_lm(script)):
+        received = streamed_run(program, [StreamListener("draft"), StreamListener("revised")], asynchronous=True,
+                                product="a reusable water bottle", **{"max-words": 12})
+
+    assert (field_text(received, "draft"), field_text(received, "revised")) == (script[0]["draft"],
+                                                                                 script[1]["revised"])
+    assert received[-1].success and received[-1].result == "Sip anywhere: your reusable water bottle"
+    said = statuses(received)
+    assert said.index("creator: running (iteration 1)") < said.index("user:create: writing draft (iteration 1)")
+    assert said.index("user:revise: writing revised (iteration 2)") < said.index("critic: running (iteration 2)")
+
+
+def test_a_server_that_streams_no_usage_is_said_once_and_its_tokens_are_not_counted():
+    with faulty_openai() as server:
+        server.stream_usage = False
+        lm = resolve("openai/served", api_base=server.base_url())
+        loop = CreatorCriticIterator(max_iterations=1, critic=approves("a draft"))
+        with dspy.context(lm=lm):
+            received = streamed_run(loop, [StreamListener("draft")], asynchronous=False,
+                                    requirements="Write, with no usage.")  # a request DSPy's cache has not seen
+    result = received[-1]
+    assert result.final == "a draft" and result.tokens == 0 and server.received["t"] == 1
+    assert sum("streams no token usage" in warning for warning in result.warnings) == 1, result.warnings
