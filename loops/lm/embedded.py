@@ -223,17 +223,24 @@ _DONE = object()  # the last item a streamed generation hands over: its outcome 
 
 
 class _Generation:
-    """One generation run on a worker thread (with the caller's context), its text handed to `deliver` piece by
-    piece as llama.cpp produces it, then `_DONE`; `outcome` holds (text, finish, usage) by then. Reading the
-    prompt cannot be interrupted, so the reader, not the worker, waits for the deadline; the worker stops itself
-    at the first token after it, or after the reader left (`leave`)."""
+    """One generation run on a worker thread (with the caller's context), its text handed over piece by piece as
+    llama.cpp produces it: read as stream events by a thread (`events`) or by the event loop `loop` (`aevents`).
+    Reading the prompt cannot be interrupted, so the reader, not the worker, waits for the deadline; the worker
+    stops itself at the first token after it, or once the reader left."""
 
-    def __init__(self, llama, request: Request, until: float | None, deliver: Callable[[object], None]):
-        self.outcome: concurrent.futures.Future = concurrent.futures.Future()
-        self._left = threading.Event()
+    def __init__(self, llama, request: Request, until: float | None, loop: asyncio.AbstractEventLoop | None = None):
+        self.model, self.until = request.model, until
+        self.outcome: concurrent.futures.Future = concurrent.futures.Future()  # (text, finish, usage), at `_DONE`
+        self.left = threading.Event()
+        if loop is None:
+            self.pieces: queue.SimpleQueue | asyncio.Queue = queue.SimpleQueue()
+            deliver = self.pieces.put
+        else:
+            self.pieces = asyncio.Queue()
+            deliver = functools.partial(loop.call_soon_threadsafe, self.pieces.put_nowait)
 
         def emit(piece: str) -> None:
-            if self._left.is_set():
+            if self.left.is_set():
                 raise _Left
             deliver(piece)
 
@@ -249,20 +256,42 @@ class _Generation:
         threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True,
                          name="loops-embedded-stream").start()
 
-    def leave(self) -> None:
-        self._left.set()
+    def events(self) -> Iterator:
+        try:
+            yield StreamStartEvent(model=self.model)
+            while (piece := self._next()) is not _DONE:
+                yield StreamDeltaEvent(delta=TextDelta(text=piece, part_index=0))
+        finally:
+            self.left.set()
+        yield self._end()
 
-    def end(self) -> StreamEndEvent:
+    async def aevents(self) -> AsyncIterator:
+        try:
+            yield StreamStartEvent(model=self.model)
+            while (piece := await self._anext()) is not _DONE:
+                yield StreamDeltaEvent(delta=TextDelta(text=piece, part_index=0))
+        finally:
+            self.left.set()
+        yield self._end()
+
+    def _next(self) -> object:
+        try:
+            return self.pieces.get(timeout=self._wait_s())
+        except queue.Empty:
+            raise given_up("the embedded model's generation") from None
+
+    async def _anext(self) -> object:
+        try:
+            return await asyncio.wait_for(self.pieces.get(), self._wait_s())
+        except TimeoutError:
+            raise given_up("the embedded model's generation") from None
+
+    def _wait_s(self) -> float | None:
+        return None if self.until is None else max(0.0, self.until - time.monotonic())
+
+    def _end(self) -> StreamEndEvent:
         _, finish, usage = self.outcome.result()
         return StreamEndEvent(finish_reason="length" if finish == "length" else "stop", usage=usage)
-
-
-def _delta(piece: str) -> StreamDeltaEvent:
-    return StreamDeltaEvent(delta=TextDelta(text=piece, part_index=0))
-
-
-def _wait_s(until: float | None) -> float | None:
-    return None if until is None else max(0.0, until - time.monotonic())
 
 
 def _check_prompt_fits(llama, request: Request) -> None:
@@ -330,22 +359,7 @@ class LlamaEngine:
         """`complete`'s answer as llama.cpp generates it, a text delta per piece, its usage on the end event;
         through the same lock, prefix cache and deadline."""
         llama, until = self.prepared(request)
-        pieces: queue.SimpleQueue = queue.SimpleQueue()
-        generation = _Generation(llama, request, until, pieces.put)
-        try:
-            yield StreamStartEvent(model=request.model)
-            while True:
-                try:
-                    piece = pieces.get(timeout=_wait_s(until))
-                except queue.Empty:
-                    raise given_up("the embedded model's generation") from None
-                if piece is _DONE:
-                    break
-                yield _delta(piece)
-            end = generation.end()
-        finally:
-            generation.leave()
-        yield end
+        yield from _Generation(llama, request, until).events()
 
     def prepared(self, request: Request) -> tuple[object, float | None]:
         """The model for `request`, once the request may be sent (it fits the context, the run lets it through),
@@ -383,23 +397,8 @@ class AsyncLlamaEngine:
     async def stream(self, request: Request) -> AsyncIterator:
         """`LlamaEngine.stream` for an event loop: the pieces reach it as the worker generates them."""
         llama, until = await asyncio.to_thread(self.sync.prepared, request)
-        loop = asyncio.get_running_loop()
-        pieces: asyncio.Queue = asyncio.Queue()
-        generation = _Generation(llama, request, until, lambda item: loop.call_soon_threadsafe(pieces.put_nowait, item))
-        try:
-            yield StreamStartEvent(model=request.model)
-            while True:
-                try:
-                    piece = await asyncio.wait_for(pieces.get(), _wait_s(until))
-                except TimeoutError:
-                    raise given_up("the embedded model's generation") from None
-                if piece is _DONE:
-                    break
-                yield _delta(piece)
-            end = generation.end()
-        finally:
-            generation.leave()
-        yield end
+        async for event in _Generation(llama, request, until, asyncio.get_running_loop()).aevents():
+            yield event
 
     async def aclose(self) -> None:
         """Nothing to release; see `LlamaEngine.close`."""

@@ -6,6 +6,7 @@ and the embedded model."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import dspy
@@ -47,7 +48,8 @@ def field_text(received, field):
 
 
 def statuses(received):
-    return [item.message for item in received if isinstance(item, StatusMessage)]
+    """The status messages received, their durations as "Ns" (what a loaded machine makes of them varies)."""
+    return [re.sub(r"\d+\.\ds\b", "Ns", item.message) for item in received if isinstance(item, StatusMessage)]
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
@@ -61,10 +63,10 @@ def test_each_role_says_its_status_in_order_and_its_fields_stream_before_the_res
     assert isinstance(received[-1], LoopResult) and received[-1].final == "short"
     assert (field_text(received, "draft"), field_text(received, "improved_draft")) == ("a long first draft", "short")
     assert statuses(received) == [
-        "creator: writing reasoning, draft (iteration 1)", "creator: done in 0.0s",
-        "critic: running (iteration 1)", "critic: done in 0.0s",
-        "iterator: writing improved_draft (iteration 2)", "iterator: done in 0.0s",
-        "critic: running (iteration 2)", "critic: done in 0.0s",
+        "creator: writing reasoning, draft (iteration 1)", "creator: done in Ns",
+        "critic: running (iteration 1)", "critic: done in Ns",
+        "iterator: writing improved_draft (iteration 2)", "iterator: done in Ns",
+        "critic: running (iteration 2)", "critic: done in Ns",
         "finished: approved after 2 iteration(s)",
     ]
     first_chunk = next(index for index, item in enumerate(received) if isinstance(item, StreamResponse))
@@ -101,7 +103,7 @@ def test_refine_streams_every_attempt_of_a_users_program_and_says_the_checks():
                                 question="A word?")
     assert field_text(received, "answer") == "two wordsone"
     said = statuses(received)
-    assert said[:3] == ["program: writing answer (iteration 1)", "program: done in 0.0s", "checks: 0 of 1 held"]
+    assert said[:3] == ["program: writing answer (iteration 1)", "program: done in Ns", "checks: 0 of 1 held"]
     assert "checks: 1 of 1 held" in said and said[-1] == "finished: approved after 2 iteration(s)"
     assert received[-1].final == "one"
 
