@@ -11,11 +11,12 @@ import time
 
 import dspy
 import pytest
+from dspy.lm15 import Config, Message, Request
 from dspy.streaming import StatusMessage, StreamListener, StreamResponse
 
 import loops.sexp
 from loops import CreatorCriticIterator, LoopResult, Refine, StatusMessages
-from loops.lm import LlamaEngine, local_lm, resolve
+from loops.lm import MODEL, AsyncLlamaEngine, LlamaEngine, local_lm, resolve
 from loops.profile import with_adapter, with_size
 from tests.loops.fake_openai import faulty_openai
 from tests.scripted import streaming_lm
@@ -225,3 +226,40 @@ def test_a_server_that_streams_no_usage_is_said_once_and_its_tokens_are_not_coun
     result = received[-1]
     assert result.final == "a draft" and result.tokens == 0 and server.received["t"] == 1
     assert sum("streams no token usage" in warning for warning in result.warnings) == 1, result.warnings
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_served_stream_refused_for_its_schema_is_sent_again_and_one_that_hangs_ends_at_the_deadline(asynchronous):
+    with faulty_openai() as server:
+        server.hang_s = 5.0
+        server.faults = {("refused", 1): "schema_refusal", ("hangs", 1): "hang"}
+        loop = CreatorCriticIterator(max_iterations=1, critic=approves("a draft"))
+        with dspy.context(lm=resolve("openai/served", api_base=server.base_url("refused"))):
+            refused = streamed_run(loop, [StreamListener("draft")], asynchronous=asynchronous,
+                                   requirements=f"Write, refused ({asynchronous}).")
+        started = time.monotonic()
+        with dspy.context(lm=resolve("openai/served", api_base=server.base_url("hangs"))):
+            hung = streamed_run(loop, [StreamListener("draft")], asynchronous=asynchronous,
+                                requirements=f"Write, hanging ({asynchronous}).", timeout_s=0.5)
+        waited = time.monotonic() - started
+
+    assert field_text(refused, "draft") == refused[-1].final == "a draft" and server.received["refused"] == 2
+    assert hung[-1].stop_reason == "timeout" and waited < 4.0
+
+
+@pytest.mark.embedded
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_the_embedded_engines_streamed_pieces_join_into_the_answer_it_gives_whole(asynchronous):
+    """Greedy decoding, the same request: streamed or not, the same text and the same usage."""
+    engine = LlamaEngine()
+    request = Request(model=MODEL, messages=(Message.user("Name three colours of the sea."),),
+                      config=Config(max_tokens=24, temperature=0.0))
+    whole = engine.complete(request)
+    if asynchronous:
+        events = [event async for event in AsyncLlamaEngine(engine).stream(request)]
+    else:
+        events = list(engine.stream(request))
+    deltas = [event.delta.text for event in events if event.type == "delta"]
+    assert len(deltas) > 1 and "".join(deltas) == whole.text
+    assert (events[-1].usage.output_tokens, events[-1].finish_reason) == (whole.usage.output_tokens,
+                                                                          whole.finish_reason)
