@@ -28,6 +28,7 @@ _EXPORTS = {
     "loops.refine": ("REFINE", "Refine"),
     "loops.runtime": ("STOP_REASONS", "LoopResult", "Run", "Step", "StopReason"),
     "loops.saving": ("load",),
+    "loops.streaming": ("StatusMessages",),
     "loops.signatures.results": ("CodeRequest", "ControllerDecision", "StructuredAnalysisResult", "TaskResult",
                                  "ValidationResult"),
     "loops.validators": ("CallableValidator", "PytestValidator", "ShellValidator", "Workspace"),

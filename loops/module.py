@@ -24,6 +24,7 @@ from loops.lm import resolve
 from loops.person import Human, nobody_to_answer
 from loops.runtime import UNSET, RoleCalls, Run, adrive, drive, predictor_of
 from loops.saving import encode, lm_reference, unnamed_lm_note
+from loops.streaming import streamed
 
 __all__ = ["LoopModule"]
 
@@ -184,14 +185,18 @@ class LoopModule(dspy.Module):
         return (*(field.name for field in dataclasses.fields(Budget)), "budget", "checkpoint", "run_id")
 
     def _forward(self, limits: dict[str, Any], **inputs: Any) -> dspy.Prediction:
-        run = self._run(limits, inputs)
-        with run.active():
-            return drive(run.program(self._loop, **inputs))
+        with streamed(self):  # under dspy.streamify: its chosen fields and status messages (nothing otherwise)
+            run = self._run(limits, inputs)
+            with run.active():
+                return drive(run.program(self._loop, **inputs))
 
     async def _aforward(self, limits: dict[str, Any], **inputs: Any) -> dspy.Prediction:
-        run = self._run(limits, inputs)
-        with run.active():
-            return await adrive(run.program(self._loop, **inputs))
+        with streamed(self) as status:
+            run = self._run(limits, inputs)
+            with run.active():
+                result = await adrive(run.program(self._loop, **inputs))
+            await status.sent()  # every status message before the result
+            return result
 
     def __repr__(self) -> str:
         """The loop's class and iteration budget, then each role: an LLM role by its module and fields, a custom

@@ -26,6 +26,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import inspect
 import json
 import linecache
@@ -37,6 +38,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
+import anyio
 import dspy
 from dspy.utils import exceptions as dspy_errors
 from dspy.utils.callback import ACTIVE_CALL_ID, BaseCallback
@@ -304,8 +306,12 @@ class _Invoke:
             elif inspect.iscoroutinefunction(self.target):
                 result = await self.target(*self.args, **self.kwargs)
             else:
-                # A plain phase (a validator running tests, say) may block: keep the event loop free.
-                result = await asyncio.to_thread(self.target, *self.args, **self.kwargs)
+                # A plain phase (a validator running tests, say) may block: keep the event loop free. Under
+                # `dspy.streamify`, on an AnyIO worker thread: DSPy sends the chunks of the LM calls the phase
+                # makes (a DSL atom's) from the thread making them, through AnyIO.
+                call = functools.partial(self.target, *self.args, **self.kwargs)
+                result = await (asyncio.to_thread(call) if dspy.settings.send_stream is None
+                                else anyio.to_thread.run_sync(call, abandon_on_cancel=True))
             if inspect.isawaitable(result):
                 result = await result
         return result

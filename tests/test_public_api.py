@@ -15,7 +15,8 @@ def test_the_public_api_is_exactly_what_all_lists():
         "DirectorExecutorEvaluatorController", "EXECUTE_VALIDATE", "ExecuteValidateController", "LimitReached",
         "LoopModule", "LoopResult", "LoopsError", "MissingDependencyError", "Observer", "PhaseContract",
         "PytestValidator", "REFINE", "Refine", "ReplayDivergence",
-        "RetryPolicy", "RoleFailed", "Run", "RunError", "STOP_REASONS", "ShellValidator", "Step", "StopReason",
+        "RetryPolicy", "RoleFailed", "Run", "RunError", "STOP_REASONS", "ShellValidator", "StatusMessages", "Step",
+        "StopReason",
         "StructuredAnalysisResult", "TaskResult", "ValidationResult", "Workspace", "current_run", "load", "observing",
         "tests_controller",
     }

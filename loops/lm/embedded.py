@@ -13,17 +13,33 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import importlib
 import importlib.util
 import os
 import pathlib
+import queue
 import threading
 import time
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import dspy
-from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, Usage, response_to_events
+from dspy.lm15 import (
+    ContextLengthError,
+    Message,
+    Request,
+    Response,
+    StreamDeltaEvent,
+    StreamEndEvent,
+    StreamStartEvent,
+    TextDelta,
+    TextPart,
+    Usage,
+)
 
 from loops import profile
 from loops.context import before_request, deadline, given_up, within_deadline
@@ -152,9 +168,11 @@ def _generate(llama, request: Request) -> tuple[str, str | None, Usage]:
             Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]))
 
 
-def _generate_until(llama, request: Request, until: float) -> tuple[str, str | None, Usage]:
-    """`_generate`, token by token, checking the run's deadline between tokens: llama.cpp's chat API
-    takes no stopping criteria, but closing its stream ends the generation in flight."""
+def _generate_until(llama, request: Request, until: float | None,
+                    emit: Callable[[str], None] | None = None) -> tuple[str, str | None, Usage]:
+    """`_generate`, token by token: each piece of text handed to `emit` as llama.cpp produces it, and the run's
+    deadline (if any) checked between tokens. llama.cpp's chat API takes no stopping criteria, but closing its
+    stream ends the generation in flight."""
     chunks = llama.create_chat_completion(messages=_llama_messages(request), stream=True,
                                           **_generation_options(request))
     parts: list[str] = []
@@ -163,11 +181,14 @@ def _generate_until(llama, request: Request, until: float) -> tuple[str, str | N
     try:
         for chunk in chunks:
             choice = chunk["choices"][0]
-            parts.append(choice["delta"].get("content") or "")
+            piece = choice["delta"].get("content") or ""
+            parts.append(piece)
+            if piece and emit is not None:
+                emit(piece)
             finish = choice.get("finish_reason") or finish
             if finish is not None:  # before the stream ends, and a prefix cache cuts the context to the prompt
                 held = llama.n_tokens
-            elif time.monotonic() >= until:
+            elif until is not None and time.monotonic() >= until:
                 raise given_up("the embedded model's generation")
     finally:
         chunks.close()
@@ -178,18 +199,100 @@ def _generate_until(llama, request: Request, until: float) -> tuple[str, str | N
     return text, finish, Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
 
 
-def _generate_locked(llama, request: Request, until: float | None) -> tuple[str, str | None, Usage]:
+def _generate_locked(llama, request: Request, until: float | None,
+                     emit: Callable[[str], None] | None = None) -> tuple[str, str | None, Usage]:
     with _generation_lock:
         if until is not None and time.monotonic() >= until:
             raise given_up("the embedded model's generation (waiting for the model)")
         if llama is _model and _free_cores is not None:
             llama.use_threads(_free_cores.update())
         try:
-            return _generate(llama, request) if until is None else _generate_until(llama, request, until)
+            if until is None and emit is None:
+                return _generate(llama, request)
+            return _generate_until(llama, request, until, emit)
         except ValueError as exc:
             if "context window" not in str(exc):
                 raise
             raise ContextLengthError(str(exc), provider="local") from exc
+
+
+class _Left(Exception):
+    """The reader of a streamed generation went away (it was closed, or gave up at the deadline)."""
+
+
+_DONE = object()  # the last item a streamed generation hands over: its outcome is ready
+
+
+class _Generation:
+    """One generation run on a worker thread (with the caller's context), its text handed over piece by piece as
+    llama.cpp produces it: read as stream events by a thread (`events`) or by the event loop `loop` (`aevents`).
+    Reading the prompt cannot be interrupted, so the reader, not the worker, waits for the deadline; the worker
+    stops itself at the first token after it, or once the reader left."""
+
+    def __init__(self, llama, request: Request, until: float | None, loop: asyncio.AbstractEventLoop | None = None):
+        self.model, self.until = request.model, until
+        self.outcome: concurrent.futures.Future = concurrent.futures.Future()  # (text, finish, usage), at `_DONE`
+        self.left = threading.Event()
+        if loop is None:
+            self.pieces: queue.SimpleQueue | asyncio.Queue = queue.SimpleQueue()
+            deliver = self.pieces.put
+        else:
+            self.pieces = asyncio.Queue()
+            deliver = functools.partial(loop.call_soon_threadsafe, self.pieces.put_nowait)
+
+        def emit(piece: str) -> None:
+            if self.left.is_set():
+                raise _Left
+            deliver(piece)
+
+        def work() -> None:
+            try:
+                self.outcome.set_result(_generate_locked(llama, request, until, emit))
+            except BaseException as exc:  # handed to the reader, who re-raises it
+                self.outcome.set_exception(exc)
+            finally:
+                with contextlib.suppress(RuntimeError):  # the reader's event loop closed: nobody reads
+                    deliver(_DONE)
+
+        threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True,
+                         name="loops-embedded-stream").start()
+
+    def events(self) -> Iterator:
+        try:
+            yield StreamStartEvent(model=self.model)
+            while (piece := self._next()) is not _DONE:
+                yield StreamDeltaEvent(delta=TextDelta(text=piece, part_index=0))
+        finally:
+            self.left.set()
+        yield self._end()
+
+    async def aevents(self) -> AsyncIterator:
+        try:
+            yield StreamStartEvent(model=self.model)
+            while (piece := await self._anext()) is not _DONE:
+                yield StreamDeltaEvent(delta=TextDelta(text=piece, part_index=0))
+        finally:
+            self.left.set()
+        yield self._end()
+
+    def _next(self) -> object:
+        try:
+            return self.pieces.get(timeout=self._wait_s())
+        except queue.Empty:
+            raise given_up("the embedded model's generation") from None
+
+    async def _anext(self) -> object:
+        try:
+            return await asyncio.wait_for(self.pieces.get(), self._wait_s())
+        except TimeoutError:
+            raise given_up("the embedded model's generation") from None
+
+    def _wait_s(self) -> float | None:
+        return None if self.until is None else max(0.0, self.until - time.monotonic())
+
+    def _end(self) -> StreamEndEvent:
+        _, finish, usage = self.outcome.result()
+        return StreamEndEvent(finish_reason="length" if finish == "length" else "stop", usage=usage)
 
 
 def _check_prompt_fits(llama, request: Request) -> None:
@@ -240,10 +343,7 @@ class LlamaEngine:
         self._llama = llama
 
     def complete(self, request: Request) -> Response:
-        llama = self._llama if self._llama is not None else _shared_model()
-        _check_prompt_fits(llama, request)
-        before_request()
-        until = deadline()
+        llama, until = self.prepared(request)
         # Reading the prompt cannot be interrupted, so the generation runs in a worker given up at the deadline;
         # the worker stops itself at the first token after it.
         text, finish, usage = within_deadline(lambda: _generate_locked(llama, request, until),
@@ -256,8 +356,19 @@ class LlamaEngine:
             usage=usage,
         )
 
-    def stream(self, request: Request):
-        yield from response_to_events(self.complete(request))
+    def stream(self, request: Request) -> Iterator:
+        """`complete`'s answer as llama.cpp generates it, a text delta per piece, its usage on the end event;
+        through the same lock, prefix cache and deadline."""
+        llama, until = self.prepared(request)
+        yield from _Generation(llama, request, until).events()
+
+    def prepared(self, request: Request) -> tuple[object, float | None]:
+        """The model for `request`, once the request may be sent (it fits the context, the run lets it through),
+        and the run's deadline."""
+        llama = self._llama if self._llama is not None else _shared_model()
+        _check_prompt_fits(llama, request)
+        before_request()
+        return llama, deadline()
 
     def close(self) -> None:
         """The shared model outlives any one LM, so there is nothing to release."""
@@ -284,8 +395,10 @@ class AsyncLlamaEngine:
     async def complete(self, request: Request) -> Response:
         return await asyncio.to_thread(self.sync.complete, request)
 
-    async def stream(self, request: Request):
-        for event in response_to_events(await self.complete(request)):
+    async def stream(self, request: Request) -> AsyncIterator:
+        """`LlamaEngine.stream` for an event loop: the pieces reach it as the worker generates them."""
+        llama, until = await asyncio.to_thread(self.sync.prepared, request)
+        async for event in _Generation(llama, request, until, asyncio.get_running_loop()).aevents():
             yield event
 
     async def aclose(self) -> None:

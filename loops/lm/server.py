@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import threading
+import time
 from typing import Any
 
 import dspy
@@ -27,6 +28,10 @@ from dspy.lm15 import (
     Request,
     Response,
     ServerError,
+    StreamDeltaEvent,
+    StreamEndEvent,
+    StreamStartEvent,
+    TextDelta,
     TextPart,
     TransportError,
     UnsupportedFeatureError,
@@ -36,7 +41,7 @@ from dspy.lm15 import (
 )
 from dspy.lm15 import TimeoutError as LMTimeout
 
-from loops.context import before_request, current_run, given_up, time_left
+from loops.context import before_request, current_run, deadline, given_up, time_left
 from loops.errors import ConfigurationError
 from loops.lm.messages import SAMPLING, chat_messages, sampling_options
 
@@ -133,7 +138,43 @@ class ServerEngine:
                 return outcome
 
     def stream(self, request: Request):
-        yield from response_to_events(self.complete(request))
+        """`complete`'s answer as the server sends it (server-sent events), a text delta per chunk; a server that
+        answers the request whole (or refuses it) is read as `complete` reads it."""
+        import httpx
+
+        client = self._http()
+        while True:
+            body = self.streamed_body(request)
+            payload = _json_bytes(body)
+            before_request()
+            wait = _wait_s()
+            try:
+                with client.stream("POST", self.url, content=payload, headers=self.stream_headers,
+                                   timeout=wait) as response:
+                    if response.status_code >= 400 or not _is_event_stream(response.headers):
+                        outcome = self.answer(request, body, response.status_code, response.read(), response.headers)
+                        if outcome is None:
+                            continue
+                        yield from response_to_events(outcome)
+                        return
+                    reader = _EventReader(self, request)
+                    for line in response.iter_lines():
+                        yield from reader.read(line)
+                    yield from reader.end()
+                    return
+            except httpx.LocalProtocolError:
+                raise
+            except (httpx.RequestError, OSError) as exc:
+                raise _transport_error(exc, self.api_base, wait) from exc
+
+    def streamed_body(self, request: Request) -> dict[str, Any]:
+        """`body`, asking for the answer as server-sent events, with its usage in the last one (OpenAI's
+        `stream_options`; a server that ignores it streams no usage, `_EventReader.end`)."""
+        return {**self.body(request), "stream": True, "stream_options": {"include_usage": True}}
+
+    @property
+    def stream_headers(self) -> dict[str, str]:
+        return {**self.headers, "Accept": "text/event-stream"}
 
     def body(self, request: Request) -> dict[str, Any]:
         """The request as the server's JSON body, its response_format in the spelling the server takes."""
@@ -274,8 +315,35 @@ class AsyncServerEngine:
                 return outcome
 
     async def stream(self, request: Request):
-        for event in response_to_events(await self.complete(request)):
-            yield event
+        """`ServerEngine.stream` from an event loop: the chunks as they arrive, the whole stream within the run's
+        time left."""
+        import aiohttp
+
+        session = await self._session()
+        while True:
+            body = self.sync.streamed_body(request)
+            payload = _json_bytes(body)
+            before_request()
+            wait = _wait_s()
+            try:
+                async with session.post(self.sync.url, data=payload, headers=self.sync.stream_headers,
+                                        proxy=self._proxy, timeout=aiohttp.ClientTimeout(total=wait)) as reply:
+                    if reply.status >= 400 or not _is_event_stream(reply.headers):
+                        outcome = self.sync.answer(request, body, reply.status, await reply.read(), reply.headers)
+                        if outcome is None:
+                            continue
+                        for event in response_to_events(outcome):
+                            yield event
+                        return
+                    reader = _EventReader(self.sync, request)
+                    async for line in reply.content:
+                        for event in reader.read(line):
+                            yield event
+                    for event in reader.end():
+                        yield event
+                    return
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                raise _transport_error(exc, self.sync.api_base, wait) from exc
 
     async def _session(self):
         loop = asyncio.get_running_loop()
@@ -320,6 +388,69 @@ class AsyncServerEngine:
     @classmethod
     def load_state(cls, state: dict[str, Any]) -> AsyncServerEngine:
         return cls(ServerEngine.load_state(state))
+
+
+class _EventReader:
+    """An answer streamed as server-sent events of OpenAI's chat completion chunks, read line by line into DSPy's
+    stream events: a start, a text delta per chunk's content, an end with the finish reason and, where the server
+    sends it, the usage. The run's deadline is checked between chunks."""
+
+    def __init__(self, engine: ServerEngine, request: Request):
+        self.engine, self.request = engine, request
+        self.started = self.done = False
+        self.finish: str | None = None
+        self.usage: Usage | None = None
+
+    def read(self, line: bytes | str) -> list[Any]:
+        text = (line.decode("utf-8") if isinstance(line, bytes) else line).strip()
+        if not text.startswith("data:"):
+            return []  # a comment, an event name, the blank line between events
+        data = text[len("data:"):].strip()
+        if data == "[DONE]":
+            self.done = True
+            return []
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise ServerError(f"the server at {self.engine.api_base} streamed a chunk that is not JSON: "
+                              f"{data[:200]!r}") from None
+        if not isinstance(chunk, dict) or "error" in chunk:
+            raise ServerError(f"the server at {self.engine.api_base} broke off its answer: "
+                              f"{_error_message(chunk, data.encode())}")
+        events = self._start(chunk.get("id"), chunk.get("model"))
+        for choice in chunk.get("choices") or ():
+            content = (choice.get("delta") or {}).get("content")
+            if content:
+                events.append(StreamDeltaEvent(delta=TextDelta(text=content, part_index=0)))
+            self.finish = choice.get("finish_reason") or self.finish
+        usage = chunk.get("usage")
+        if usage:
+            self.usage = Usage(usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens"))
+        until = deadline()
+        if until is not None and self.finish is None and time.monotonic() >= until:
+            raise given_up(f"the request to the server at {self.engine.api_base}")
+        return events
+
+    def end(self) -> list[Any]:
+        """The stream's end event, once the server ended it; a stream cut off before is a transport fault."""
+        if self.finish is None and not self.done:
+            raise TransportError(f"the server at {self.engine.api_base} closed its stream before its answer was "
+                                 "complete")
+        if self.usage is None:
+            _say_once(self.engine.api_base, f"the server at {self.engine.api_base} streams no token usage, so the "
+                      "tokens of its streamed answers are not counted (max_tokens, the trace)")
+        return [*self._start(None, None), StreamEndEvent(finish_reason="length" if self.finish == "length" else
+                                                         "stop", usage=self.usage)]
+
+    def _start(self, answer_id: str | None, model: str | None) -> list[Any]:
+        if self.started:
+            return []
+        self.started = True
+        return [StreamStartEvent(id=answer_id or None, model=model or self.request.model)]
+
+
+def _is_event_stream(headers: Any) -> bool:
+    return "text/event-stream" in (headers.get("content-type") or "")
 
 
 async def _closed_with_loop(session: Any, sessions: dict, loop: asyncio.AbstractEventLoop):

@@ -125,11 +125,13 @@ class FaultyOpenAI(http.server.ThreadingHTTPServer):
     the n-th request (1-based) of `tenant`, the first segment of the request's path (give each run its own
     `api_base`, `base_url(tenant)`, to count its requests apart). `received[tenant]` counts the requests
     received, faulty ones included; `hang_s` is how long a hanging request hangs, `retry_after_s` what a 429
-    asks for."""
+    asks for. A request asking for a stream (`"stream": true`) and no fault is answered as server-sent events."""
 
     daemon_threads = True
     hang_s = 30.0
     retry_after_s = 1
+    stream_piece = 4  # characters per chunk of a streamed answer
+    stream_usage = True  # whether a streamed answer ends with its usage, when asked for it
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _FaultyHandler)
@@ -170,12 +172,37 @@ class _FaultyHandler(http.server.BaseHTTPRequestHandler):
         if fault == "hang":
             self.server.closing.wait(self.server.hang_s)
         content = "no fields here" if fault == "unparseable" else answer_content(body, self.server.approve)
+        if body.get("stream") and fault is None:
+            return self._stream(body, content)
         data = json.dumps(chat_completion(body, content)).encode()
         if fault == "truncated":
             return self._send_bytes(200, data[:len(data) // 2], len(data), close=True)
         if fault == "malformed":
             return self._send_bytes(200, b"<html>502 Bad Gateway</html>", close=False)
         return self._send_bytes(200, data)
+
+    def _stream(self, body: dict, content: str) -> None:
+        """The answer as server-sent events, `stream_piece` characters a chunk, then the usage when the request
+        asks for it (`stream_options`) and the server reports it (`stream_usage`)."""
+        piece = self.server.stream_piece
+        chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": content[start:start + piece]},
+                                "finish_reason": None}]} for start in range(0, len(content), piece)]
+        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if (body.get("stream_options") or {}).get("include_usage") and self.server.stream_usage:
+            chunks.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": len(chunks) - 1,
+                                                    "total_tokens": 5 + len(chunks) - 1}})
+        with suppress(OSError):
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            for chunk in chunks:
+                chunk.update({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": body.get("model")})
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        self.close_connection = True
 
     def _send(self, status: int, answer: dict, headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(answer).encode(), headers=headers)

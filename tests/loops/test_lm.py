@@ -36,10 +36,14 @@ class FakeLlama:
         self.content, self.finish_reason, self.error = content, finish_reason, error
         self.calls = []
 
-    def create_chat_completion(self, messages, **options):
+    n_tokens = 0  # the context's length, as llama.cpp's is after a generation
+
+    def create_chat_completion(self, messages, stream=False, **options):
         self.calls.append({"messages": messages, **options})
         if self.error:
             raise self.error
+        if stream:
+            return self._chunks()
         return {
             "id": "chatcmpl-1",
             "choices": [
@@ -47,6 +51,19 @@ class FakeLlama:
             ],
             "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
         }
+
+
+    def _chunks(self):
+        """The answer as llama.cpp streams it: a chunk per word, the finish reason on the last."""
+        words = re.findall(r"\S+\s*", self.content)
+        for index, word in enumerate(words):
+            last = index == len(words) - 1
+            if last:
+                self.n_tokens = 11 + len(words)
+            yield {"choices": [{"delta": {"content": word}, "finish_reason": self.finish_reason if last else None}]}
+
+    def tokenize(self, text, add_bos=False, special=False):
+        return text.split()
 
 
 def fake_lm(llama: FakeLlama) -> dspy.LM:
@@ -130,12 +147,16 @@ def test_context_overflow_is_dspys_context_length_error():
         LlamaEngine(llama).complete(Request(model=MODEL, messages=(Message.user("long"),)))
 
 
-async def test_streams_are_one_complete_response():
-    engine = LlamaEngine(FakeLlama(content="Paris"))
+async def test_streams_deliver_the_answer_piece_by_piece_with_its_usage_last():
+    engine = LlamaEngine(FakeLlama(content="The capital is Paris", finish_reason="length"))
     request = Request(model=MODEL, messages=(Message.user("Hi"),))
-    sync_events = [event.type for event in engine.stream(request)]
-    async_events = [event.type async for event in AsyncLlamaEngine(engine).stream(request)]
-    assert sync_events == async_events and sync_events[0] == "start" and sync_events[-1] == "end"
+    sync_events = list(engine.stream(request))
+    async_events = [event async for event in AsyncLlamaEngine(engine).stream(request)]
+    assert sync_events == async_events
+    assert [event.type for event in sync_events] == ["start", "delta", "delta", "delta", "delta", "end"]
+    assert "".join(event.delta.text for event in sync_events[1:-1]) == "The capital is Paris"
+    end = sync_events[-1]
+    assert end.finish_reason == "length" and (end.usage.input_tokens, end.usage.output_tokens) == (11, 4)
 
 
 def test_capabilities_are_visible_through_dspy_lm():
