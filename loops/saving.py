@@ -84,7 +84,7 @@ def encode(value: Any) -> Any:
         return {"__dataclass__": f"{cls.__module__}:{cls.__qualname__}", "fields": dataclasses.asdict(value)}
     if cls.__name__ in ADAPTER_CLASSES and isinstance(value, ADAPTER_CLASSES[cls.__name__]):
         return {"__adapter__": cls.__name__}
-    if cls.__name__ == "Workspace" and cls.__module__ == "loops.validators":
+    if cls.__name__ == "Workspace" and cls.__module__ == "loops.workspace":
         return os.fspath(value.path)
     if isinstance(value, Human) and value.answer is None:  # a person, not a function that answers for them
         return {"__human__": {"instructions": value.instructions, "interactive": value.interactive}}

@@ -7,35 +7,40 @@ This module provides the usual ones:
 - `PytestValidator` does the same and also reports pytest's passed/failed counts;
 - `CallableValidator` adapts a plain Python function.
 
-They are synchronous; the loop runtime decides whether to run them in a thread.
+They are synchronous; the loop runtime decides whether to run them in a thread. The directory they run in is
+`loops.workspace`'s, and what they read of pytest is `loops.pytest_reading`'s; both are re-exported here.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
-import fnmatch
 import inspect
 import json
 import os
-import re
-import secrets
 import selectors
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from loops import context, reaper
 from loops.errors import CommandNotFoundError, ConfigurationError
+from loops.pytest_reading import (
+    PYTEST_FILES,
+    missing_tests,
+    parse_pytest_counts,
+    pytest_arguments,
+    ran_no_tests,
+    test_files,
+)
 from loops.signatures.results import ValidationResult
+from loops.workspace import Workspace, workspace_path
 
 __all__ = [
     "SAFE_ENVIRONMENT",
@@ -69,193 +74,6 @@ _STOP_GRACE_S = 2.0
 # are, the user, the locale, the temporary directory, the terminal; no keys, tokens or configuration.
 SAFE_ENVIRONMENT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
                     "TERM")
-
-
-def workspace_path(root: Path | None, relative: str | os.PathLike[str]) -> Path:
-    """The absolute path of the file `relative` inside the directory `root` (resolved, symlinks followed).
-
-    Raises `ConfigurationError` for a path that is not a file's inside the root: empty, absolute,
-    ending with a separator (a directory's), the root itself (``.``), leading out through ``..`` or
-    through a symlink. With `root=None` (a directory that does not exist yet) only the text is checked.
-    A name that merely starts with two dots (``..sol.py``) is a file like any other.
-    """
-    text = os.fspath(relative) if isinstance(relative, (str, os.PathLike)) else relative
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigurationError(f"workspace file path {text!r} is not a file's path; give a non-empty relative path")
-    if Path(text).is_absolute():
-        raise ConfigurationError(
-            f"workspace file path {text!r} is absolute; give a path relative to the workspace root")
-    if text.endswith((os.sep, "/")) or (os.altsep and text.endswith(os.altsep)):
-        raise ConfigurationError(
-            f"workspace file path {text!r} ends with a separator, so it names a directory; give a file's path")
-    normal = os.path.normpath(text)
-    if normal == ".":
-        raise ConfigurationError(f"workspace file path {text!r} is the workspace root itself; give a file's path "
-                                 "inside it")
-    if normal == ".." or normal.startswith(".." + os.sep):
-        raise ConfigurationError(f"workspace file path {text!r} escapes the workspace root through '..'")
-    if root is None:
-        return Path(normal)
-    target = (root / text).resolve()
-    if target == root or not target.is_relative_to(root):
-        raise ConfigurationError(f"workspace file path {text!r} escapes the workspace root {str(root)!r} "
-                                 "(through a symlink)")
-    return target
-
-
-class Workspace:
-    """A directory where an executor's files are written and where validators run.
-
-    ``Workspace()`` creates a fresh temporary directory that `close()` (or leaving the ``with``
-    block, or garbage collection) removes. ``Workspace(path)`` uses the caller's directory, creating
-    it if needed, and never deletes it.
-
-    Paths given to `write` and `read` are relative to the root; absolute paths, paths that escape the
-    root (``..``, or a symlink pointing outside) and paths of directories (``a/``, ``.``) raise
-    `ConfigurationError`.
-    """
-
-    def __init__(self, path: str | os.PathLike[str] | None = None):
-        if path is None:
-            self.path = Path(tempfile.mkdtemp(prefix="loops-ws-")).resolve()
-            self.is_temporary = True
-            # Removes the directory even if the owner forgets close(); silent, unlike
-            # TemporaryDirectory's ResourceWarning.
-            self._finalizer: weakref.finalize | None = weakref.finalize(
-                self, shutil.rmtree, str(self.path), ignore_errors=True
-            )
-        else:
-            self.path = Path(path).expanduser().resolve()
-            if self.path.exists() and not self.path.is_dir():
-                raise ConfigurationError(f"workspace path {str(self.path)!r} exists and is not a directory")
-            self.path.mkdir(parents=True, exist_ok=True)
-            self.is_temporary = False
-            self._finalizer = None
-        self.closed = False
-
-    def resolve(self, relative: str | os.PathLike[str]) -> Path:
-        """The absolute path of the file `relative` inside the workspace; raises `ConfigurationError` if it
-        is not one (see `workspace_path`)."""
-        return workspace_path(self.path, relative)
-
-    def write(self, files: Mapping[str, str]) -> list[Path]:
-        """Write each ``relative path -> text`` (UTF-8), creating parent directories.
-
-        All files are written or none: each is first staged next to its target, and only when all are
-        staged are they moved into place. A bad path (escaping the root, an existing directory, a
-        parent that is a file) raises `ConfigurationError` and leaves the workspace as it was.
-        Returns the absolute paths written, in the order given.
-        """
-        self._check_open()
-        targets = {os.fspath(rel): (self.resolve(rel), text) for rel, text in files.items()}
-        self._check_targets({rel: target for rel, (target, _) in targets.items()})
-        staged: list[tuple[Path, Path]] = []
-        created: list[Path] = []
-        try:
-            for target, text in targets.values():
-                created += _make_parents(target.parent)
-                staged.append((_stage(target, text), target))
-        except BaseException:
-            for temp, _ in staged:
-                temp.unlink(missing_ok=True)
-            for directory in reversed(created):
-                with contextlib.suppress(OSError):
-                    directory.rmdir()
-            raise
-        for temp, target in staged:
-            os.replace(temp, target)
-            if target.suffix == ".py":
-                # Python trusts a .pyc whose source has the same size and whole-second mtime, so a
-                # file rewritten within a second could run its previous version's bytecode.
-                for stale in target.parent.glob(f"__pycache__/{target.stem}.*.pyc"):
-                    stale.unlink(missing_ok=True)
-        return [target for target, _ in targets.values()]
-
-    def _check_targets(self, targets: Mapping[str, Path]) -> None:
-        """Refuse, before anything is staged, the names that could fail half-way through the moves."""
-        wanted = {target: rel for rel, target in targets.items()}
-        for rel, target in targets.items():
-            if target.is_dir():
-                raise ConfigurationError(
-                    f"workspace file path {rel!r} is an existing directory; give the path of a file")
-            for parent in target.parents:
-                if parent == self.path:
-                    break
-                if parent in wanted:
-                    raise ConfigurationError(
-                        f"workspace file paths {wanted[parent]!r} and {rel!r} conflict: the first would have to be "
-                        "both a file and the directory holding the second")
-                if parent.exists() and not parent.is_dir():
-                    raise ConfigurationError(
-                        f"workspace file path {rel!r} cannot be written: "
-                        f"{str(parent.relative_to(self.path))!r} is a file, not a directory")
-
-    def read(self, paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> dict[str, str]:
-        """Read the given relative paths; returns ``relative path -> text``.
-
-        Missing files (and directories) are skipped rather than raising, because callers typically
-        ask for the files an LM *says* it created, and some of them may not exist. Escaping paths
-        still raise. Undecodable bytes are replaced, not fatal.
-        """
-        self._check_open()
-        if isinstance(paths, (str, os.PathLike)):
-            paths = [paths]
-        found: dict[str, str] = {}
-        for rel in paths:
-            target = self.resolve(rel)
-            if target.is_file():
-                found[os.fspath(rel)] = target.read_text(encoding="utf-8", errors="replace")
-        return found
-
-    def close(self) -> None:
-        """Remove the directory if it is temporary; a user directory is left alone. Idempotent."""
-        self.closed = True
-        if self._finalizer is not None:
-            self._finalizer()
-
-    def _check_open(self) -> None:
-        if self.closed and self.is_temporary:
-            raise ConfigurationError(f"workspace {str(self.path)!r} was closed and its directory removed")
-
-    def __enter__(self) -> Workspace:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __fspath__(self) -> str:
-        return str(self.path)
-
-    def __repr__(self) -> str:
-        kind = "temporary" if self.is_temporary else "user"
-        return f"Workspace({str(self.path)!r}, {kind}{', closed' if self.closed else ''})"
-
-
-def _make_parents(directory: Path) -> list[Path]:
-    """Create `directory` and its missing parents; returns those created, outermost first."""
-    missing = []
-    while not directory.exists():
-        missing.append(directory)
-        directory = directory.parent
-    for path in reversed(missing):
-        path.mkdir()
-    return missing[::-1]
-
-
-def _stage(target: Path, text: str) -> Path:
-    """Write `text` to a new hidden file beside `target`, with the mode `target` has or would get."""
-    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.loops-tmp")
-    # os.open applies the umask, as writing the target directly would (mkstemp would give 0600).
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with open(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        if target.exists():
-            shutil.copymode(target, temp)  # an executable script stays executable
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    return temp
 
 
 class _CappedCapture:
@@ -642,108 +460,6 @@ def _kill_group(pgid: int) -> None:
     # group whose only member is a zombie leader.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-_PYTEST_SUMMARY = re.compile(
-    r"\b(?:\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)|no tests ran)\b"
-    r".*\bin [\d.]+s"
-)
-_PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|errors?)\b")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def parse_pytest_counts(output: str) -> tuple[int | None, int | None]:
-    """(passed, failed) from pytest's final summary line; (None, None) when there is none.
-
-    Errors (e.g. collection errors) count as failed: for the loop they are tests that do not pass.
-    """
-    for line in reversed(_ANSI.sub("", output).splitlines()):
-        if _PYTEST_SUMMARY.search(line):
-            passed = failed = 0
-            for number, word in _PYTEST_COUNT.findall(line):
-                if word == "passed":
-                    passed += int(number)
-                else:
-                    failed += int(number)
-            return passed, failed
-    return None, None
-
-
-# pytest's own defaults: the files it collects tests from (`python_files`), and the files that can change what it
-# collects or where from (a configuration, a conftest), with which nothing can be told without running it.
-PYTEST_FILES = ("test_*.py", "*_test.py")
-_PYTEST_SETTINGS = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg", "conftest.py")
-# Options that take no value: the word after one of them is a file or directory, as every other word pytest
-# does not read as an option's value. After any other option, the next word may be its value (`-k name`).
-_PYTEST_FLAGS = re.compile(r"-[qvxsl]+|--(quiet|verbose|exitfirst|lf|last-failed|ff|failed-first|sw|stepwise|"
-                           r"nf|new-first|co|collect-only|strict-markers|no-header|no-summary|disable-warnings|"
-                           r"showlocals)")
-_SKIPPED_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", "site-packages"})
-
-
-def pytest_arguments(command: str | None) -> list[str] | None:
-    """The words after `pytest` in a command that runs pytest itself (`pytest ...`, `py.test ...`,
-    `python -m pytest ...`); None for any other command (a shell line, `make test`, `python -c ...`)."""
-    try:
-        words = shlex.split(command or "")
-    except ValueError:
-        return None
-    if words and os.path.basename(words[0]) in ("pytest", "py.test"):
-        return words[1:]
-    if len(words) >= 3 and os.path.basename(words[0]).startswith("python") and words[1:3] == ["-m", "pytest"]:
-        return words[3:]
-    return None
-
-
-def missing_tests(command: str, cwd: Path, written: Iterable[str] = ()) -> str | None:
-    """Why pytest, run as `command` in `cwd`, would find no test to run, told without running it: a file or
-    directory it names that does not exist (pytest's exit code 4), or, when it names none, no test file in
-    `cwd` at all (exit code 5; `written`, the files the loop will write, are counted as there). None when it
-    may find tests, when a configuration of pytest's could change what it collects, and for a command that
-    does not run pytest itself (`ran_no_tests` tells after the run)."""
-    arguments = pytest_arguments(command)
-    if arguments is None or {"--pyargs", "-c", "-o", "--override-ini", "--rootdir"} & {
-            argument.partition("=")[0] for argument in arguments}:
-        return None
-    paths = [argument for before, argument in zip(["-q", *arguments], arguments, strict=False)
-             if not argument.startswith("-") and (not before.startswith("-") or _PYTEST_FLAGS.fullmatch(before))]
-    for path in paths:
-        if not (cwd / path.split("::")[0]).exists():
-            return f"it names {path!r}, which is not in {str(cwd)!r} (pytest: file or directory not found)"
-    if any(fnmatch.fnmatch(Path(name).name, pattern) for name in written for pattern in PYTEST_FILES):
-        return None
-    if paths or any((cwd / name).exists() for name in _PYTEST_SETTINGS) or test_files(cwd):
-        return None
-    held = "holds no files" if not any(cwd.iterdir()) else f"holds no test file ({' or '.join(PYTEST_FILES)})"
-    return f"the workspace {str(cwd)!r} {held} (pytest: no tests ran)"
-
-
-def test_files(directory: Path) -> list[Path]:
-    """The files pytest collects tests from in `directory` by default (`PYTEST_FILES`), in order, leaving out
-    hidden, virtual-environment and cache directories."""
-    found = []
-    for path in sorted(directory.rglob("*.py")) if directory.is_dir() else ():
-        relative = path.relative_to(directory)
-        if any(part in _SKIPPED_DIRS or part.startswith(".") for part in relative.parts[:-1]):
-            continue
-        if any(fnmatch.fnmatch(path.name, pattern) for pattern in PYTEST_FILES):
-            found.append(path)
-    return found
-
-
-_PYTEST_NOT_FOUND = re.compile(r"^ERROR: (file or directory not found|module or package not found|not found|usage)"
-                               r".*$", re.MULTILINE)
-
-
-def ran_no_tests(result: ValidationResult) -> str | None:
-    """What pytest said when a test run found no test to run: its exit code 5 (no tests collected) or its
-    exit code 4 with its own error line (a file or directory not found, a usage error); None for any other
-    run, a failing one included."""
-    output = _ANSI.sub("", f"{result.stdout}\n{result.stderr}")
-    if result.exit_code == 5 and re.search(r"\bno tests ran\b", output):
-        return "pytest collected no tests (no tests ran, exit code 5)"
-    found = _PYTEST_NOT_FOUND.search(output) if result.exit_code == 4 else None
-    return f"pytest said {found.group(0).strip()!r} (exit code 4)" if found else None
 
 
 class PytestValidator(ShellValidator):

@@ -1,6 +1,7 @@
 """The house as data, checked: the layering drawn in docs/architecture.md holds for every import of every
 module (imports inside functions included), there is no import cycle, every public module says what it
-exports, and the runtime and the patterns keep their functions short."""
+exports, and the size goals hold: no module over 600 lines but those docs/architecture.md allows and says why,
+a `Run` of at most 300 lines, and no function over 60 lines in the runtime, the patterns or the CLI."""
 
 from __future__ import annotations
 
@@ -236,16 +237,70 @@ def test_every_error_the_library_raises_is_drawn_in_the_tree():
     assert library <= drawn | set(loops.sexp.__all__)
 
 
-# --- short functions where the loop's logic lives -------------------------------------------------------------
+# --- the size goals: short modules, a short run, short functions where the loop's logic lives ------------------
 
+MAX_MODULE_LINES = 600
+MAX_RUN_LINES = 300
 LONG_FUNCTION_LINES = 60
-WATCHED = ["loops.runtime", "loops.module", "loops.creator_critic", "loops.director", "loops.execute_validate"]
+# The runtime: `loops.runtime` and the modules it is built from (the runtime's rewrite adds its new ones here).
+RUNTIME = {"loops.runtime", "loops.module"}
+PATTERNS = {"loops.creator_critic", "loops.director", "loops.execute_validate", "loops.refine"}
+CLI = {name for name in MODULES if name == "loops.cli" or name.startswith("loops.cli.")}
+# What main holds until the runtime's rewrite lands (issue 31): the lead removes these marks when it does.
+RUNTIME_PENDING = pytest.mark.xfail(strict=True, reason="issue 31: the runtime helper's branch")
+OVER_SIZE_TODAY = {"loops.runtime"}
 
 
-@pytest.mark.parametrize("name", WATCHED)
-def test_no_function_of_the_runtime_or_a_pattern_is_long(name):
-    tree = ast.parse(SOURCES[name])
-    long = [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+def allowed_long_modules() -> dict[str, str]:
+    """The modules docs/architecture.md allows over `MAX_MODULE_LINES`, each with why (its ```long-modules block:
+    `module: why`)."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = re.search(r"```long-modules\n(.*?)```", page, re.S)
+    assert block, "docs/architecture.md has no ```long-modules block"
+    allowed = dict(line.split(":", 1) for line in block.group(1).strip().splitlines())
+    return {name.strip(): why.strip() for name, why in allowed.items()}
+
+
+def test_every_module_allowed_to_be_long_is_a_module_and_says_why():
+    allowed = allowed_long_modules()
+    assert set(allowed) <= set(MODULES)
+    assert all(len(why.split()) >= 8 for why in allowed.values()), allowed
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=RUNTIME_PENDING) if name in OVER_SIZE_TODAY else name
+                                  for name in sorted(MODULES)])
+def test_no_module_is_long_unless_the_architecture_allows_it(name):
+    lines = len(SOURCES[name].splitlines())
+    if name in allowed_long_modules():
+        return
+    assert lines <= MAX_MODULE_LINES, (f"{name} is {lines} lines, over {MAX_MODULE_LINES}: split it along a seam, "
+                                       "or say in docs/architecture.md's long-modules block why it is one concern")
+
+
+@RUNTIME_PENDING
+def test_the_run_is_short():
+    runs = [(name, node) for name in sorted(RUNTIME) for node in ast.walk(ast.parse(SOURCES[name]))
+            if isinstance(node, ast.ClassDef) and node.name == "Run"]
+    assert len(runs) == 1, f"one class Run in the runtime's modules, found {[name for name, _ in runs]}"
+    name, run = runs[0]
+    lines = run.end_lineno - run.lineno + 1
+    assert lines <= MAX_RUN_LINES, f"{name}.Run is {lines} lines, over {MAX_RUN_LINES}"
+
+
+def long_functions(source: str) -> list[tuple[str, int]]:
+    return [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(ast.parse(source))
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and node.end_lineno - node.lineno + 1 > LONG_FUNCTION_LINES]
-    assert not long, f"{name}: {long}"
+
+
+@pytest.mark.parametrize("name", sorted(RUNTIME | PATTERNS | CLI))
+def test_no_function_of_the_runtime_a_pattern_or_the_cli_is_long(name):
+    assert not long_functions(SOURCES[name]), f"{name}: {long_functions(SOURCES[name])}"
+
+
+def test_the_function_check_catches_a_long_function_and_knows_its_modules():
+    body = "".join(f"    x{number} = {number}\n" for number in range(LONG_FUNCTION_LINES))
+    assert long_functions(f"def f():\n{body}") == [("f", LONG_FUNCTION_LINES + 1)]
+    assert long_functions(f"def f():\n{body[:-len(body.splitlines(True)[-1])]}") == []
+    assert CLI and {"loops.cli", "loops.cli.options"} <= CLI
+    assert all(name in MODULES for name in RUNTIME | PATTERNS)

@@ -226,9 +226,6 @@ def batch_command(
     error (before any LM call where it can be known, else at the first example it fails); 3 the batch
     itself failed; 130 interrupted (Ctrl-C). Rerunning the same command resumes.
     """
-    import dspy
-
-    import loops.batch
     from loops.optimize.runner import default_metric
 
     if trace is not None and backend == "ray":
@@ -239,14 +236,9 @@ def batch_command(
     options = {"timeout_s": timeout, **({"checkpoint": str(checkpoint)} if checkpoint is not None else {})}
     lm = choice.resolve()
     try:
-        with dspy.context(lm=lm), ExitStack() as stack:
-            if trace is not None:
-                trace_file = stack.enter_context(open_trace(trace))
-                stack.enter_context(observing(_ExampleTrace(trace_file, loops.batch.current_example,
-                                                            checkpointed=checkpoint is not None)))
-            summary = loops.batch.run(module, examples, out=out, backend=backend, concurrency=concurrency,
-                                      address=address, metric=default_metric(module), retry_failed=retry_failed,
-                                      options=options)
+        summary = _traced_batch(module, examples, lm, trace, checkpoint, out=out, backend=backend,
+                                concurrency=concurrency, address=address, metric=default_metric(module),
+                                retry_failed=retry_failed, options=options)
     except KeyboardInterrupt as stop:
         resumes = f" (an example cut short resumes from its record in {checkpoint})" if checkpoint else ""
         typer.echo(f"{stop or 'interrupted'}{resumes}", err=True)
@@ -259,6 +251,21 @@ def batch_command(
         raise typer.Exit(EXIT_RUN_FAILED) from None
     console.print(_summary_line(summary, out, backend), highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_SUCCESS if summary.all_succeeded else EXIT_NO_SUCCESS)
+
+
+def _traced_batch(module: Any, examples: Any, lm: Any, trace: Path | None, checkpoint: Path | None,
+                  **batch: Any) -> Any:
+    """`loops.batch.run` on `lm`, each example's role calls written to the file `trace` when it is given."""
+    import dspy
+
+    import loops.batch
+
+    with dspy.context(lm=lm), ExitStack() as stack:
+        if trace is not None:
+            trace_file = stack.enter_context(open_trace(trace))
+            stack.enter_context(observing(_ExampleTrace(trace_file, loops.batch.current_example,
+                                                        checkpointed=checkpoint is not None)))
+        return loops.batch.run(module, examples, **batch)
 
 
 def _summary_line(summary: Any, out: Path, backend: str) -> str:

@@ -67,14 +67,9 @@ def run_program(
     clock, recursion depth, size caps or memory, shown with the form's position), 2 for an error in the
     program (shown with its line and a caret; a program that names the shell tool without
     --allow-shell is one), 4 when a (human) phase waits for a person's answer (`loops runs answer`)."""
-    from loops.sexp import LimitExceeded, Limits, compile, to_source
+    from loops.sexp import LimitExceeded, Limits, compile
 
-    bindings = _bindings(assignments or [])
-    reserved = sorted(set(bindings) & {"budget", "checkpoint", "run_id"})
-    if reserved:
-        raise ConfigurationError(f"--set {reserved[0]}=... names a program call's own option; use --checkpoint/"
-                                 "--run-id (or --token-budget, --max-cost, --timeout), or another variable name")
-    bindings.update(run.recording())
+    bindings = _program_bindings(assignments or [], run)
     options = {"workspace": workspace, "limits": Limits(timeout_s=run.timeout),
                "tools": grant.tools(),
                "budget": Budget(max_iterations=1, timeout_s=run.timeout, max_tokens=run.token_budget,
@@ -101,13 +96,29 @@ def run_program(
             raise typer.Exit(EXIT_NO_SUCCESS) from None
         finally:
             log.removeHandler(handler)
+    _show_result(program, result, seconds)
+    finish_report(result)
+
+
+def _program_bindings(assignments: list[str], run: RunOptions) -> dict[str, Any]:
+    """The program's variables from --set, and the run's recording options (--checkpoint, --run-id); a --set of
+    a call's own option is a `ConfigurationError`."""
+    bindings = _bindings(assignments)
+    reserved = sorted(set(bindings) & {"budget", "checkpoint", "run_id"})
+    if reserved:
+        raise ConfigurationError(f"--set {reserved[0]}=... names a program call's own option; use --checkpoint/"
+                                 "--run-id (or --token-budget, --max-cost, --timeout), or another variable name")
+    return {**bindings, **run.recording()}
+
+
+def _show_result(program: Path, result: Any, seconds: float) -> None:
+    from loops.display import lm_calls_text
+    from loops.sexp import to_source
+
     outcome = "success" if result.success else "no success"  # the last loop form's, or the program's own verdict
     console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}, {outcome}",
                         expand=False))
-    from loops.display import lm_calls_text
-
     console.print(f"LM calls: {lm_calls_text(result)}   tokens: {result.tokens}   wall time: {seconds:.1f}s")
-    finish_report(result)
 
 
 class _ConsoleLog(logging.Handler):

@@ -72,3 +72,16 @@ def test_checks_survive_save_and_load_and_a_python_object_among_them_is_asked_fo
     with pytest.raises(ConfigurationError, match=r"pass it again, e.g. loops.load\(path, checks=...\)"):
         load(tmp_path / "custom.json")
     assert load(tmp_path / "custom.json", checks=[friendly]).checks == (friendly,)
+
+
+def test_a_program_saved_before_the_checks_moved_to_loops_builtin_checks_still_loads(tmp_path):
+    import json
+
+    from loops.checks import Count, Include
+
+    CreatorCriticIterator(checks=[Count("word", max=40), Include("BPA-free")]).save(tmp_path / "refine.json")
+    saved = json.loads((tmp_path / "refine.json").read_text())
+    text = json.dumps(saved).replace('"loops.builtin_checks:', '"loops.checks:')
+    assert '"loops.checks:Count"' in text  # as a program saved before the split names its checks
+    (tmp_path / "before.json").write_text(text)
+    assert load(tmp_path / "before.json").checks == (Count("word", max=40), Include("BPA-free"))

@@ -14,7 +14,7 @@ import pytest
 from loops.checks import Avoid, CheckReport, Count, Include
 from loops.errors import ConfigurationError
 from loops.junk import is_junk
-from loops.optimize import writing
+from loops.optimize import writing, writing_tasks
 from loops.optimize.writing import (
     WritingTask,
     agreement,
@@ -113,8 +113,8 @@ def test_every_label_is_what_check_says():
 
 
 def test_every_hand_written_draft_belongs_to_a_task_and_is_labeled():
-    assert set(writing._DRAFTS) <= {task.id for task in ALL_TASKS}  # a misspelt id would drop its drafts
-    assert len(ALL_DRAFTS) == sum(map(len, writing._DRAFTS.values()))
+    assert set(writing_tasks.DRAFTS) <= {task.id for task in ALL_TASKS}  # a misspelt id would drop its drafts
+    assert len(ALL_DRAFTS) == sum(map(len, writing_tasks.DRAFTS.values()))
 
 
 def test_a_flipped_label_is_caught():
