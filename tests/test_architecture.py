@@ -14,6 +14,7 @@ import pytest
 
 import loops
 import loops.errors as errors
+from loops.runtime import LIMIT_REASONS
 from loops.sexp.errors import DslError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,7 +240,8 @@ def test_every_error_the_library_raises_is_drawn_in_the_tree():
 # --- short functions where the loop's logic lives -------------------------------------------------------------
 
 LONG_FUNCTION_LINES = 60
-WATCHED = ["loops.runtime", "loops.module", "loops.creator_critic", "loops.director", "loops.execute_validate"]
+WATCHED = ["loops.runtime", "loops.calls", "loops.replay", "loops.drivers", "loops.module", "loops.creator_critic",
+           "loops.director", "loops.execute_validate", "loops.refine", "loops.prose"]
 
 
 @pytest.mark.parametrize("name", WATCHED)
@@ -249,3 +251,84 @@ def test_no_function_of_the_runtime_or_a_pattern_is_long(name):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and node.end_lineno - node.lineno + 1 > LONG_FUNCTION_LINES]
     assert not long, f"{name}: {long}"
+
+
+# --- the runtime: rooms of a readable size, and every limit checked in one place --------------------------------
+
+RUNTIME_ROOMS = ["loops.runtime", "loops.calls", "loops.replay", "loops.drivers", "loops.failures", "loops.steps",
+                 "loops.histories", "loops.roles", "loops.usage", "loops.deadline", "loops.budget", "loops.context"]
+MAX_MODULE_LINES = 600
+MAX_RUN_LINES = 300
+
+
+@pytest.mark.parametrize("name", RUNTIME_ROOMS)
+def test_each_room_of_the_runtime_is_short(name):
+    lines = len(SOURCES[name].splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines"
+
+
+def test_run_is_short():
+    tree = ast.parse(SOURCES["loops.runtime"])
+    run = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Run")
+    lines = run.end_lineno - run.lineno + 1
+    assert lines <= MAX_RUN_LINES, f"Run has {lines} lines"
+
+
+BUDGET_LIMITS = {"max_iterations", "timeout_s", "max_lm_calls", "max_context_chars", "context_warning_ratio",
+                 "max_tokens", "max_cost_usd"}
+# A limit that is no budget's: the embedded model's context window, counted before a prompt is sent.
+NOT_A_BUDGET = {"loops.lm.embedded"}
+
+
+def _reads_a_limit(node: ast.AST) -> bool:
+    """Whether `node` reads a limit of a budget (`budget.max_tokens`, `run.budget.timeout_s`)."""
+    return any(isinstance(part, ast.Attribute) and part.attr in BUDGET_LIMITS
+               and (isinstance(part.value, ast.Name) and part.value.id == "budget"
+                    or isinstance(part.value, ast.Attribute) and part.value.attr == "budget")
+               for part in ast.walk(node))
+
+
+def limit_checks(name: str, source: str) -> list[str]:
+    """The limit checks written in `source`: a comparison with a budget's limit (whether one is set, `is None`,
+    apart), or a `LimitReached` raised with a stop reason of a limit."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and not all(isinstance(op, ast.Is | ast.IsNot) for op in node.ops) \
+                and any(_reads_a_limit(part) for part in (node.left, *node.comparators)):
+            found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("LimitReached") and node.args \
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in LIMIT_REASONS:
+            found.append(f"{name}:{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_every_limit_is_checked_by_the_budget():
+    found = [check for name, source in SOURCES.items() if name != "loops.budget" and name not in NOT_A_BUDGET
+             for check in limit_checks(name, source)]
+    assert not found, "a limit is checked outside loops.budget (ask Budget instead):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("planted", [
+    "def f(run):\n    return run.iteration >= run.budget.max_iterations\n",
+    "def f(budget, spent):\n    if spent > budget.max_tokens:\n        raise LimitReached('tokens', 'spent')\n",
+    "def f():\n    raise LimitReached('timeout', 'late')\n",
+])
+def test_the_limit_scan_finds_a_check_written_elsewhere(planted):
+    assert limit_checks("loops.planted", planted)
+
+
+VALUE_TYPES = [("loops.budget", "Budget"), ("loops.budget", "RetryPolicy"), ("loops.profile", "ModelProfile"),
+               ("loops.steps", "Step"), ("loops.usage", "Usage"), ("loops.runtime", "LoopResult")]
+
+
+@pytest.mark.parametrize(("module", "name"), VALUE_TYPES)
+def test_every_field_of_a_public_value_type_has_its_own_docstring(module, name):
+    """As pydantic-ai documents `UsageLimits`: a docstring under each field, which editors and doc generators
+    show with the field."""
+    tree = ast.parse(SOURCES[module])
+    body = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name).body
+    fields = [node.target.id for node in body if isinstance(node, ast.AnnAssign)]
+    documented = [node.target.id for node, after in zip(body, body[1:], strict=False)
+                  if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
+                  and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)]
+    assert fields and fields == documented, f"{name}: fields without a docstring: {set(fields) - set(documented)}"
