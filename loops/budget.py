@@ -1,7 +1,10 @@
 """Limits of one loop run, and how role calls are retried.
 
-Both are frozen values checked by the runtime before every role call, so a module instance can be
-shared by many concurrent runs and a caller can override any limit for one call.
+Both are frozen values, so a module instance can be shared by many concurrent runs and a caller can
+override any limit for one call. `Budget.check` is the one place a limit is compared with what a run has
+spent (`loops.usage.Usage`) and its time: the runtime asks it before every role call and every LM request,
+and it returns the limit reached (a `LimitReached`, for the runtime to raise) and what to warn about,
+rather than acting itself; a nested run's share of what is left is `Budget.within`.
 """
 
 from __future__ import annotations
@@ -9,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from loops.errors import ConfigurationError
+from loops.errors import ConfigurationError, LimitReached
+from loops.usage import Usage
 
-__all__ = ["MAX_ITERATIONS_CAP", "Budget", "RetryPolicy"]
+__all__ = ["MAX_ITERATIONS_CAP", "Budget", "BudgetCheck", "RetryPolicy"]
 
 MAX_ITERATIONS_CAP = 1000
 
@@ -28,12 +33,25 @@ class Budget:
     """
 
     max_iterations: int = 3
+    """Iterations the loop may start (0 to `MAX_ITERATIONS_CAP`); at the limit it stops with `max_iterations`."""
+
     timeout_s: float | None = 300.0
+    """Seconds of wall clock the run may take (a person's wait apart); None: no limit. Stop reason `timeout`."""
+
     max_lm_calls: int | None = None
+    """LM requests the run may send, those replayed from a checkpoint included; None: no limit."""
+
     max_context_chars: int | None = 256 * 1024
+    """Characters the role histories may put in the prompts; None: no limit. Stop reason `context_limit`."""
+
     context_warning_ratio: float = 0.8
+    """The share of `max_context_chars` at which the run warns, once, that its histories grow (in (0, 1])."""
+
     max_tokens: int | None = None
+    """Input plus output tokens the run may use, as the LMs report them; None: no limit."""
+
     max_cost_usd: float | None = None
+    """US dollars the run may spend (LiteLLM's prices; the embedded model is free); None: no limit."""
 
     def __post_init__(self) -> None:
         iterations = self.max_iterations
@@ -68,6 +86,96 @@ class Budget:
             raise ConfigurationError("context_warning_ratio cannot be None; give a number in (0, 1]")
         return dataclasses.replace(self, **limits) if limits else self
 
+    def check(self, usage: Usage, elapsed: float, where: str = "", *,
+              warned: Iterable[str] = ()) -> BudgetCheck:
+        """Whether a run that has spent `usage` in `elapsed` seconds may go on: the first limit reached (time,
+        LM calls, tokens, cost, context) as a `LimitReached` saying it stopped `where`, and what to warn
+        about (under a cost budget, models of unknown price not in `warned`)."""
+        warnings: tuple[str, ...] = ()
+        if self.timeout_s is not None and elapsed >= self.timeout_s:
+            return BudgetCheck(LimitReached("timeout", f"stopped{where} after {elapsed:.1f}s: "
+                                            f"timeout_s={self.timeout_s} reached"))
+        if self.max_lm_calls is not None and usage.lm_calls >= self.max_lm_calls:
+            return BudgetCheck(LimitReached("lm_calls", f"stopped{where} after {usage.lm_calls} LM calls: "
+                                            f"max_lm_calls={self.max_lm_calls} reached"))
+        if self.max_tokens is not None and usage.tokens >= self.max_tokens:
+            return BudgetCheck(LimitReached("tokens", f"stopped{where} after {usage.tokens} tokens: "
+                                            f"max_tokens={self.max_tokens} reached"))
+        if self.max_cost_usd is not None:
+            unpriced = sorted(usage.unpriced.difference(warned))
+            if unpriced:
+                warnings = (f"no price is known for {unpriced}: their requests count as free against "
+                            "max_cost_usd",)
+            if (usage.cost_usd or 0.0) >= self.max_cost_usd:
+                return BudgetCheck(LimitReached("cost", f"stopped{where} after ${usage.cost_usd:.4f}: max_cost_usd="
+                                                f"{self.max_cost_usd} reached"), warnings, tuple(unpriced))
+            if unpriced:
+                return BudgetCheck(None, warnings, tuple(unpriced))
+        if self.max_context_chars is not None and usage.context_chars >= self.max_context_chars:
+            return BudgetCheck(LimitReached("context_limit", f"stopped{where}: role histories hold "
+                                            f"{usage.context_chars} chars, max_context_chars={self.max_context_chars}"))
+        return _GO
+
+    def time_left(self, elapsed: float) -> float | None:
+        """Seconds left of `timeout_s` after `elapsed` (0 once spent); None without a time limit."""
+        return None if self.timeout_s is None else max(0.0, self.timeout_s - elapsed)
+
+    def out_of_time(self, elapsed: float) -> bool:
+        """Whether `elapsed` seconds have spent `timeout_s`."""
+        return self.timeout_s is not None and elapsed >= self.timeout_s
+
+    def timed_out(self, elapsed: float, where: str = "") -> LimitReached:
+        """The stop at the deadline, for a call given up there after `elapsed` seconds."""
+        return LimitReached("timeout", f"stopped{where} after {elapsed:.1f}s: timeout_s={self.timeout_s} reached")
+
+    def wait_allowed(self, seconds: float, elapsed: float, before: str) -> LimitReached | None:
+        """None when a wait of `seconds` (before a retry) ends before the run's time is up; else the stop that
+        says there is no time for it (`before`: what the wait is for)."""
+        left = self.time_left(elapsed)
+        if left is None or seconds < left:
+            return None
+        return LimitReached("timeout", f"{before} (the wait before it: {seconds:.1f}s)")
+
+    def allows_iteration(self, iteration: int) -> bool:
+        """Whether the run may start its `iteration`-th iteration (counting from 1)."""
+        return iteration <= self.max_iterations
+
+    def context_warning(self, chars: int) -> str | None:
+        """What to warn about, once, when the role histories hold `chars`: that they near `max_context_chars`."""
+        limit = self.max_context_chars
+        if limit is None or chars < self.context_warning_ratio * limit:
+            return None
+        return f"role histories hold {chars} chars, {chars / limit:.0%} of max_context_chars={limit}"
+
+    def within(self, usage: Usage, time_left: float | None, where: str, **limits: object) -> Budget:
+        """What is left of this budget, after `usage` and with `time_left` seconds, for a run nested in the one
+        it bounds (a DSL loop form's run), with its own `limits` (its iterations); `LimitReached` (its message
+        starting with `where`) when nothing is left of a limit."""
+        if self.timeout_s is not None:
+            limits["timeout_s"] = max(time_left or 0.0, 0.001)
+        for name, spent, reason, what in (("max_lm_calls", usage.lm_calls, "lm_calls", "LM calls"),
+                                          ("max_tokens", usage.tokens, "tokens", "tokens"),
+                                          ("max_cost_usd", usage.cost_usd or 0.0, "cost", "budget")):
+            limit = getattr(self, name)
+            if limit is not None:
+                if limit - spent <= 0:
+                    raise LimitReached(reason, f"{where}: no {what} left for the loop")
+                limits[name] = limit - spent
+        return self.override(**limits)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetCheck:
+    """What `Budget.check` found: the limit reached, if any (`stop`, for the runtime to raise), what to warn
+    about, and the models of unknown price it warned of (`unpriced`, so that they are warned of once)."""
+
+    stop: LimitReached | None = None
+    warnings: tuple[str, ...] = ()
+    unpriced: tuple[str, ...] = ()
+
+
+_GO = BudgetCheck()  # no limit reached, nothing to warn about: the common answer, made once
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -81,10 +189,19 @@ class RetryPolicy:
     """
 
     attempts: int = 3
+    """Attempts of a call that fails transiently, the first included (>= 1)."""
+
     backoff_s: float = 1.0
+    """Seconds to wait after the first failed attempt; the wait doubles after each next one."""
+
     max_backoff_s: float = 30.0
+    """The longest backoff (`math.inf`: no cap); a server's Retry-After may ask for longer, and is obeyed."""
+
     parse_retries: int = 1
+    """How many times an answer that cannot be parsed is asked for again."""
+
     parse_retry_temperature: float = 0.7
+    """The temperature such a re-ask is sent at (a new rollout: the same request would get the same answer)."""
 
     def __post_init__(self) -> None:
         _require(self, "attempts", "an int >= 1", _is_int(self.attempts) and self.attempts >= 1)

@@ -33,12 +33,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
+from loops.deadline import Deadline
 from loops.errors import DeadlinePassed, RequestRefused
 
 __all__ = ["RUN_AWARE", "CallInfo", "CommandInfo", "DeadlinePassed", "ExampleInfo", "Observer", "RequestRefused",
-           "RunInfo", "before_request", "current_run", "deadline", "given_up", "notify", "observe_everywhere",
-           "observers", "observing", "on_pause", "paused", "run_aware", "running", "scopes", "stop_observing",
-           "time_left", "within_deadline"]
+           "RunGate", "RunInfo", "before_request", "current_run", "deadline", "given_up", "notify", "run_deadline",
+           "observe_everywhere", "observers", "observing", "on_pause", "paused", "run_aware", "running", "scopes",
+           "stop_observing", "time_left", "within_deadline"]
 
 # The attribute (on an LM or its engine) saying that its engine asks `before_request` before every request it
 # sends and ends every wait at the run's deadline by itself.
@@ -154,26 +155,28 @@ class Observer(Protocol):
     def scope(self, what: RunInfo | CallInfo | ExampleInfo) -> contextlib.AbstractContextManager | None: ...
 
 
+class RunGate(Protocol):
+    """What the run in progress (`current_run`) answers to the hooks that run inside its LM calls: the gate of
+    every request (`before_request`), DSPy's callback around each LM call of an LM that does not ask the run
+    itself (`lm_call_started`, `lm_call_ended`: a call DSPy's cache answered is counted as cached), and DSPy's
+    notice of an answer cut at its request's max_tokens (`answer_cut`)."""
+
+    def before_request(self) -> None: ...
+
+    def lm_call_started(self, call_id: str, lm: Any) -> None: ...
+
+    def lm_call_ended(self, call_id: str, exception: BaseException | None) -> None: ...
+
+    def answer_cut(self) -> None: ...
+
+
 _observers: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar("loops_observers", default=())
 _everywhere: tuple[Observer, ...] = ()  # observers of every context (observe_everywhere)
 _everywhere_lock = threading.Lock()
 _current_run: contextvars.ContextVar[Any] = contextvars.ContextVar("loops_current_run", default=None)
 
 
-class _Until:
-    """A run's deadline, shared by every context that runs within it (a worker thread's copy included), so that
-    a person's wait moves it for all of them."""
-
-    __slots__ = ("at",)
-
-    def __init__(self, at: float):
-        self.at = at
-
-    def shift(self, seconds: float) -> None:
-        self.at += seconds
-
-
-_deadline: contextvars.ContextVar[_Until | None] = contextvars.ContextVar("loops_deadline", default=None)
+_deadline: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("loops_deadline", default=None)
 _pause_listeners: contextvars.ContextVar[tuple[Callable[[float], None], ...]] = contextvars.ContextVar(
     "loops_pause_listeners", default=())
 
@@ -251,8 +254,8 @@ class _AllOf(contextlib.ExitStack):
 
 
 def current_run() -> Any:
-    """The run (`loops.Run`) whose phase is executing now, if any: a phase may make role calls that belong
-    to it."""
+    """The run (`loops.Run`, a `RunGate`) whose phase is executing now, if any: a phase may make role calls that
+    belong to it."""
     return _current_run.get()
 
 
@@ -264,10 +267,16 @@ def deadline() -> float | None:
     return None if until is None else until.at
 
 
+def run_deadline() -> Deadline | None:
+    """The current run's `Deadline` itself: a clock that joins the run's (the DSL's) holds this one, which a
+    person's wait moves once for every reader."""
+    return _deadline.get()
+
+
 def time_left() -> float | None:
     """Seconds until the current run's deadline (0 once it has passed); None without one."""
-    until = deadline()
-    return None if until is None else max(0.0, until - time.monotonic())
+    until = _deadline.get()
+    return None if until is None else until.left()
 
 
 def before_request() -> None:
@@ -345,13 +354,13 @@ _WORKERS = _Workers()
 
 
 @contextlib.contextmanager
-def running(run: Any, until: float | None) -> Iterator[None]:
-    """Make `run` the current run of this context, with its deadline, for the duration of the block; a
-    person's wait in it (`paused`) moves that deadline."""
-    shared = None if until is None else _Until(until)
-    run_token, deadline_token = _current_run.set(run), _deadline.set(shared)
+def running(run: Any, deadline: Deadline) -> Iterator[None]:
+    """Make `run` the current run of this context, with its deadline (the run's own `Deadline`, one object every
+    context within the run shares, a worker thread's copy included), for the duration of the block; a person's
+    wait in it (`paused`) moves that deadline, once."""
+    run_token, deadline_token = _current_run.set(run), _deadline.set(deadline)
     try:
-        with contextlib.nullcontext() if shared is None else on_pause(shared.shift):
+        with on_pause(deadline.shift):
             yield
     finally:
         _current_run.reset(run_token)

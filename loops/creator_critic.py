@@ -216,7 +216,8 @@ class CreatorCriticIterator(LoopModule):
 
     def _roles_that_may_run(self, budget: Budget) -> list[str]:
         # The iterator revises from the second iteration on; with critic="checks" no critic is built.
-        return [role for role in super()._roles_that_may_run(budget) if role != "iterator" or budget.max_iterations > 1]
+        return [role for role in super()._roles_that_may_run(budget)
+                if role != "iterator" or budget.allows_iteration(2)]
 
     # Drafting: candidates, each checked ------------------------------------------------------------
 
@@ -265,23 +266,21 @@ class CreatorCriticIterator(LoopModule):
 
     def _create(self, run: Run, task: _Task, context: Any, number: int, draw: Draw) -> RoleCalls:
         """A draft of the creator, and the prediction it came from (None for a custom creator)."""
-        if "creator" not in self._builtin:
-            return (yield from run.call_phase("creator", requirements=task.requirements, context=context,
-                                              iteration=run.iteration)), None
         rollout = (run.iteration - 1) * len(task.settings["draws"]) + number + 1
-        written = yield from run.call("creator" if number == 0 else f"creator.{number + 1}",
-                                      **prose_call("creator", self.creator, task.settings, draw, rollout),
-                                      predictor=self.creator, requirements=task.stated, context=context)
-        return written.draft, written
+
+        def options() -> dict[str, Any]:
+            return {**prose_call("creator", self.creator, task.settings, draw, rollout), "predictor": self.creator}
+        return (yield from run.turn("creator", "draft", {"requirements": task.stated, "context": context}, options,
+                                    step="creator" if number == 0 else f"creator.{number + 1}",
+                                    requirements=task.requirements, context=context, iteration=run.iteration))
 
     def _revise(self, run: Run, task: _Task, draft: Any, verdict: Verdict) -> RoleCalls:
         """The iterator's revision, and the prediction it came from (None for a custom iterator)."""
-        if "iterator" not in self._builtin:
-            return (yield from run.call_phase("iterator", requirements=task.requirements, draft=draft,
-                                              feedback=verdict.feedback, iteration=run.iteration)), None
-        revised = yield from run.call("iterator", **prose_call("iterator", self.iterator, task.settings),
-                                      requirements=task.stated, draft=str(draft), feedback=verdict.feedback)
-        return revised.improved_draft, revised
+        return (yield from run.turn("iterator", "improved_draft",
+                                    {"requirements": task.stated, "draft": str(draft), "feedback": verdict.feedback},
+                                    lambda: prose_call("iterator", self.iterator, task.settings),
+                                    requirements=task.requirements, draft=draft, feedback=verdict.feedback,
+                                    iteration=run.iteration))
 
     # Reviewing: the one verdict rule ---------------------------------------------------------------
 

@@ -26,6 +26,7 @@ says; an empty result is not even shown to it.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import dspy
@@ -156,13 +157,13 @@ class DirectorExecutorEvaluatorController(LoopModule):
         stated = stated_rules(checks, goal) if checks else goal  # what the built-in roles read
         current = initial_input
         settings = self.settings(bool(checks))
-        writing = prose_call("executor", self.executor, settings) if "executor" in self._builtin else {}
+        writing = functools.partial(prose_call, "executor", self.executor, settings)  # the built-in's options
         while run.next_iteration():
             iteration = run.iteration
-            plan = yield from self._phase(run, "director", "plan", {"goal": stated, "current_input": _text(current)},
+            plan, _ = yield from run.turn("director", "plan", {"goal": stated, "current_input": _text(current)},
                                           current_input=current, iteration=iteration)
-            result = yield from self._phase(run, "executor", "result", {"plan": stated_rules(checks, _text(plan))},
-                                            plan=plan, iteration=iteration, call=writing)
+            result, _ = yield from run.turn("executor", "result", {"plan": stated_rules(checks, _text(plan))}, writing,
+                                            plan=plan, iteration=iteration)
             attempt = {"iteration": iteration, "plan": plan, "result": result, "feedback": None}
             # Offered before it is judged: an evaluator that fails must not lose the result.
             run.offer_candidate(UNJUDGED, best_attempt=attempt)
@@ -180,13 +181,6 @@ class DirectorExecutorEvaluatorController(LoopModule):
                 return run.finish("stopped", final=result)
             current = decided.value
         return run.finish("max_iterations")
-
-    def _phase(self, run: Run, role: str, output: str, llm_inputs: dict[str, Any], call: dict[str, Any] | None = None,
-               **arguments: Any) -> RoleCalls:
-        if role in self._builtin:
-            prediction = yield from run.call(role, **(call or {}), **llm_inputs)
-            return prediction[output]
-        return (yield from run.call_phase(role, **arguments))
 
     def _evaluate(self, run: Run, goal: str, plan: Any, result: Any, iteration: int, checks: tuple[Check, ...],
                   mode: str) -> RoleCalls:

@@ -40,7 +40,8 @@ from loops.contracts import (
 )
 from loops.errors import ConfigurationError, RoleFailed
 from loops.module import LoopModule
-from loops.runtime import RoleCalls, Run, predictor_of
+from loops.roles import lm_of, predictor_of
+from loops.runtime import RoleCalls, Run
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from loops.signatures.results import ControllerDecision, StructuredAnalysisResult, TaskResult, ValidationResult
 from loops.validators import ShellValidator, Workspace, missing_tests, ran_no_tests, workspace_path
@@ -253,12 +254,11 @@ class ExecuteValidateController(LoopModule):
 
     def _roles_that_may_run(self, budget: Budget) -> list[str]:
         # The analyst advises between iterations, so only when there are two, and when the settings ask it.
-        analyst = budget.max_iterations > 1 and self.settings()["analyst"]
+        analyst = budget.allows_iteration(2) and self.settings()["analyst"]
         return [role for role in super()._roles_that_may_run(budget) if role != "analyst" or analyst]
 
     def _lm_of(self, role: str) -> Any:
-        predictor, _ = predictor_of(getattr(self, role, None))
-        return predictor.lm if predictor is not None and predictor.lm is not None else dspy.settings.lm
+        return lm_of(getattr(self, role, None))
 
     def _builtin_phases(self) -> frozenset[str]:
         return frozenset(role for role, builtin in (("executor", self._builtin_executor),
@@ -449,7 +449,7 @@ class ExecuteValidateController(LoopModule):
         digest = failure_digest(validation, code)
         advice = ""
         # After the last attempt an analysis would go unread.
-        if analyst and run.iteration < run.budget.max_iterations:
+        if analyst and run.budget.allows_iteration(run.iteration + 1):
             advice = yield from self._analyse(run, current, code, validation, digest, test_command)
         return ControllerDecision.proceed(next_request(current, validation, code, digest, advice))
 

@@ -22,7 +22,8 @@ from loops.contracts import MISSING, InputContract, PhaseContract, not_text
 from loops.errors import ConfigurationError, a_or_an
 from loops.lm import resolve
 from loops.person import Human, nobody_to_answer
-from loops.runtime import UNSET, RoleCalls, Run, adrive, drive, predictor_of
+from loops.roles import predictor_of
+from loops.runtime import UNSET, RoleCalls, Run, adrive, drive
 from loops.saving import encode, lm_reference, unnamed_lm_note
 from loops.streaming import streamed
 
@@ -325,6 +326,7 @@ class LoopModule(dspy.Module):
             strict=self.strict,
             aliases=self.aliases,
             contracts=self.contracts,
+            builtin=self._builtin_phases(),
             windows=self.history_window,
             history_summary=self.history_summary,
             replay=replay,
@@ -341,7 +343,7 @@ class LoopModule(dspy.Module):
     def _roles_that_may_run(self, budget: Budget) -> list[str]:
         """The LLM roles a run within `budget` may call: each needs an LM before the run starts, and only
         these (a role that cannot run needs none). Every built-in role, unless no iteration may run."""
-        return list(self._llm_roles) if budget.max_iterations else []
+        return list(self._llm_roles) if budget.allows_iteration(1) else []
 
     def _loop(self, run: Run, **inputs: Any) -> RoleCalls:
         raise NotImplementedError

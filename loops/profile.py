@@ -53,15 +53,20 @@ def free(model: str, usage: Mapping[str, Any]) -> float:
 
 @dataclass(frozen=True)
 class ModelProfile:
-    """What the runtime needs of a model: `adapter`, a name in `loops.adapters.ADAPTERS` (None: the
-    context's, else DSPy's default); `history_window`, the earlier turns a role sees when the module sets
-    none (None: all of them); `price`, a request's cost from its usage; `small`, a small model (such as the
-    embedded 135M one), for which every default that depends on the model takes its small-model value."""
+    """What the runtime needs of a model."""
 
     adapter: str | None = None
+    """A name in `loops.adapters.ADAPTERS` the model's roles answer in; None: the context's, else DSPy's default."""
+
     history_window: int | None = None
+    """The earlier turns a role sees when the module sets none; None: all of them."""
+
     price: Price = litellm_price
+    """A request's cost in US dollars from its usage (None when unknown); LiteLLM's prices by default."""
+
     small: bool = False
+    """A small model (such as the embedded 135M one): every default that depends on the model takes its
+    small-model value."""
 
 
 HOSTED = ModelProfile()

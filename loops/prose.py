@@ -33,7 +33,7 @@ from loops.adapters import PlainTextAdapter
 from loops.code.draws import Draw
 from loops.errors import ConfigurationError
 from loops.profile import profile_of
-from loops.runtime import predictor_of
+from loops.roles import lm_of, predictor_of
 
 __all__ = ["EMBEDDED_PROSE", "HOSTED_PROSE", "PLAIN_DRAFT", "PLAIN_PROSE", "WORKED_DRAFTS", "ProseDefaults",
            "prose_call", "prose_defaults", "prose_draws", "prose_settings", "worked_drafts"]
@@ -111,8 +111,7 @@ def prose_settings(role: Any, plain_text: bool | None, examples: bool | None, sa
     choices, else `prose_defaults` of the role's model (its own LM, else the context's). Without `checks`
     nothing judges candidates for free, so one is drawn unless `samples` says otherwise, and the LLM
     critic approves."""
-    predictor, _ = predictor_of(role)
-    defaults = prose_defaults(predictor.lm if predictor is not None and predictor.lm is not None else dspy.settings.lm)
+    defaults = prose_defaults(lm_of(role))
     plain = plain_text if plain_text is not None else defaults.plain_text
     shown = examples if examples is not None else defaults.examples
     count = samples if samples is not None else defaults.samples if checks else 1

@@ -34,7 +34,8 @@ from loops.code.draws import Draw
 from loops.contracts import CREATOR_CRITIC, InputContract, Verdict, attempt_rank, checked_threshold, contracts, judge
 from loops.errors import ConfigurationError, RoleFailed
 from loops.module import LoopModule
-from loops.runtime import RoleCalls, Run, predictor_of
+from loops.roles import lm_of
+from loops.runtime import RoleCalls, Run
 from loops.signatures.creator_critic import CriticSignature
 from loops.signatures.refine import FeedbackSignature
 
@@ -147,7 +148,8 @@ class Refine(LoopModule):
 
     def _roles_that_may_run(self, budget: Budget) -> list[str]:
         # The feedback role advises only between iterations.
-        return [role for role in super()._roles_that_may_run(budget) if role != "feedback" or budget.max_iterations > 1]
+        return [role for role in super()._roles_that_may_run(budget)
+                if role != "feedback" or budget.allows_iteration(2)]
 
     def _loop(self, run: Run, inputs: dict[str, Any], checks: tuple[Check, ...]) -> RoleCalls:
         asked = stated_rules(checks, _shown(inputs)) if checks else _shown(inputs)  # what a critic reads
@@ -165,7 +167,7 @@ class Refine(LoopModule):
                         return run.finish("approved")
                 if attempts.leader is None:
                     continue
-                if run.iteration < run.budget.max_iterations:
+                if run.budget.allows_iteration(run.iteration + 1):
                     hint = yield from self._hint(run, inputs, *attempts.leader)
             if attempts.leader is None and attempts.failure is not None:
                 raise attempts.failure
@@ -205,9 +207,7 @@ class Refine(LoopModule):
     def _adapter(self) -> Any:
         """The adapter the program runs under, and the hint is added through: the context's, else the one its
         model needs (its profile's: the embedded model's compact JSON), else DSPy's default."""
-        predictor, _ = predictor_of(self.program)
-        lm = predictor.lm if predictor is not None and predictor.lm is not None else dspy.settings.lm
-        return dspy.settings.adapter or profile.adapter_for(lm) or dspy.ChatAdapter()
+        return dspy.settings.adapter or profile.adapter_for(lm_of(self.program)) or dspy.ChatAdapter()
 
     # Judging: the one verdict rule -----------------------------------------------------------------
 

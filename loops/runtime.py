@@ -9,8 +9,12 @@ A pattern writes its control flow once, as a generator that delegates every role
 
 The generator yields low-level operations (call a role, wait before a retry). `drive` performs them
 synchronously, for `forward()` (what DSPy optimizers call); `adrive` performs the very same
-operations asynchronously, for `aforward()`. Budgets, retries, per-role histories, the trace and
-graceful stops live in `Run`, written once for both.
+operations asynchronously, for `aforward()` (`loops.drivers`). `Run` holds one run's state and is what a
+pattern talks to; the pieces it is built from are values and layers of their own rooms: what the run has
+spent (`loops.usage.Usage`), checked by its budget (`loops.budget.Budget.check`), its one clock
+(`loops.deadline.Deadline`), the roles' histories (`loops.histories`), one role call with its retries
+(`loops.calls`), wrapped by the replay layer (`loops.replay`), and the lookup of a role's predictor and LM
+(`loops.roles`), written once for every pattern and both drivers.
 
 A role may be answered by a person (`loops.person`): their turn is a call like an LLM role's, traced,
 kept in the role's history and recorded; when nobody can answer, the run pauses ("awaiting_input").
@@ -22,44 +26,27 @@ in progress, with its deadline, is published in `loops.context` for engines, too
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
-import contextvars
-import functools
-import inspect
-import json
-import linecache
-import logging
-import sysconfig
 import time
-import weakref
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
-import anyio
 import dspy
-from dspy.utils import exceptions as dspy_errors
-from dspy.utils.callback import ACTIVE_CALL_ID, BaseCallback
-from dspy.utils.usage_tracker import UsageTracker
 
-from loops import checkpoint, context, display, person, profile
-from loops.adapters import historyless_once
+from loops import calls, checkpoint, context, display, person, profile, replay
 from loops.budget import Budget, RetryPolicy
-from loops.checks import Check, CheckReport, run_checks
+from loops.checks import Check, CheckReport
 from loops.contracts import PhaseContract
-from loops.demos import curate_trace, demos_without_history
-from loops.errors import (
-    AwaitingInput,
-    ConfigurationError,
-    DeadlinePassed,
-    LimitReached,
-    LoopsError,
-    RequestRefused,
-    RoleFailed,
-    RunError,
-)
+from loops.deadline import Deadline
+from loops.demos import curate_trace
+from loops.drivers import RoleCalls, UsageLog, adrive, drive
+from loops.errors import AwaitingInput, LimitReached, RequestRefused, RunError
+from loops.failures import describe, failure_action, is_transient, setup_error
+from loops.histories import Histories, condense_turns
+from loops.roles import lookup, predictor_of
+from loops.steps import Step
+from loops.usage import Usage
 
 __all__ = [
     "LIMIT_REASONS",
@@ -102,98 +89,7 @@ assert set(STOP_REASONS) == set(get_args(StopReason))
 LIMIT_REASONS = frozenset({"max_iterations", "timeout", "context_limit", "lm_calls", "tokens", "cost"})
 RESULT_FIELDS = ("final", "success", "best_attempt", "iterations", "stop_reason", "warnings", "trace", "histories",
                  "lm_calls", "error")
-
-_TRANSIENT_ERRORS = (
-    dspy_errors.LMRateLimitError,
-    dspy_errors.LMTimeoutError,
-    dspy_errors.LMServerError,
-    dspy_errors.LMTransportError,
-    TimeoutError,
-    ConnectionError,
-)
-# LiteLLM's exception classes, matched by name so the local path never has to import litellm.
-_TRANSIENT_NAMES = frozenset({"RateLimitError", "Timeout", "APITimeoutError", "APIConnectionError",
-                              "ServiceUnavailableError", "InternalServerError"})
-# A developer's mistake that surfaces only when the LM is called: no retry can fix it.
-_SETUP_ERRORS = (
-    dspy_errors.LMConfigurationError,
-    dspy_errors.LMAuthError,
-    dspy_errors.LMBillingError,
-    dspy_errors.LMUnsupportedModelError,
-    dspy_errors.LMUnsupportedFeatureError,
-)
-_SETUP_NAMES = frozenset({"AuthenticationError", "PermissionDeniedError", "NotFoundError", "BadRequestError"})
-_CHAT_ADAPTER = dspy.ChatAdapter()  # DSPy's default, where neither the call nor the context sets one
-
-
-def is_transient(error: BaseException) -> bool:
-    """Whether trying the same LM call again later may succeed."""
-    if isinstance(error, _TRANSIENT_ERRORS):
-        return True
-    return any(cls.__name__ in _TRANSIENT_NAMES for cls in type(error).__mro__)
-
-
-def is_unparseable(error: BaseException) -> bool:
-    return isinstance(error, dspy_errors.AdapterParseError)
-
-
-def setup_error(error: BaseException) -> ConfigurationError | None:
-    """The developer's mistake behind an exception raised by a role call (no LM, a rejected key, an
-    unknown model), as a `ConfigurationError`; None for a failure during the run."""
-    if isinstance(error, ConfigurationError):
-        return error
-    if isinstance(error, ValueError) and "No LM is loaded" in str(error):
-        return ConfigurationError("no LM is configured: call dspy.configure(lm=...) (e.g. loops.lm.local_lm() for "
-                                  "the embedded offline model) or pass one with dspy.context(lm=...)")
-    if isinstance(error, _SETUP_ERRORS) or any(cls.__name__ in _SETUP_NAMES for cls in type(error).__mro__):
-        return ConfigurationError(f"the LM refused the request, which no retry can fix: {_describe(error)}; check "
-                                  "the model name, the API key and the provider's settings")
-    return None
-
-
-@dataclass(slots=True)
-class Step:
-    """One role call of a run, as it appears in `prediction.trace` (and reaches observers and `--trace`).
-
-    `lm_calls` are the LM requests the call sent, `cached` the LM calls DSPy's cache answered instead,
-    `tokens` and `cost_usd` what its requests used (those of the calls made within it included); `note` what
-    the loop made of it (a verdict it did not take at its word, code it did not test again); `replayed`
-    marks a step answered from a checkpoint's record, whose counts are those of the process that recorded
-    it; `human` a person's answer (`loops.person`), whose `seconds` are the person's; `depth` how many calls
-    it ran within (0 for a call of the pattern; 1 for a role call a phase made, such as a DSL atom called
-    in a loop's phase, or a call of a loop form's run within its program); `started_at` when the call started
-    (seconds since the epoch, `time.time()`; a replayed step keeps the time it first ran), from which a run's
-    timeline is drawn."""
-
-    role: str
-    iteration: int
-    inputs: dict[str, Any]
-    outputs: dict[str, Any] | None
-    seconds: float
-    attempts: int = 1
-    lm_calls: int = 0
-    tokens: dict[str, int] | None = None
-    error: str | None = None
-    note: str | None = None
-    cached: int = 0
-    cost_usd: float | None = None
-    replayed: bool = False
-    human: bool = False
-    depth: int = 0
-    started_at: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (values JSON cannot hold are rendered as text)."""
-        return json.loads(json.dumps(asdict(self), default=_jsonable))
-
-    def __repr__(self) -> str:
-        # One short line: a trace holds dozens of steps, and their inputs hold whole histories of drafts.
-        tokens = f", tokens={self.tokens['input']}/{self.tokens['output']}" if self.tokens else ""
-        return (f"Step({self.role!r}, iteration={self.iteration}, {self.seconds:.1f}s{tokens}, "
-                f"{display.step_outcome(self)!r})")
-
-    def _repr_html_(self) -> str:
-        return display.step_html(self)
+_NONE: frozenset[str] = frozenset()
 
 
 class LoopResult(dspy.Prediction):
@@ -202,19 +98,42 @@ class LoopResult(dspy.Prediction):
     counted, not dumped); in Jupyter it is a summary, the trace as a table and each role's history
     folded (`loops.display`). It equals a plain `dspy.Prediction` with the same fields."""
 
+    final: Any
+    """The result: the approved draft, the stopped loop's value, else the best candidate's."""
+    success: bool
+    """Whether the loop succeeded (approved, passed) rather than ran out of a limit or failed."""
+    best_attempt: Any
+    """The best attempt's record (its iteration, draft or result, and the verdict on it)."""
+    iterations: int
+    """Iterations the loop started."""
+    stop_reason: StopReason
+    """Why it stopped: one of `STOP_REASONS`."""
+    warnings: list[str]
+    """What the run warns of: limits reached, answers asked again, verdicts not taken at their word."""
+    trace: list[Step]
+    """Every role call, phase and check of the run, in order."""
+    histories: dict[str, dspy.History]
+    """Each role's turns."""
+    lm_calls: int
+    """LM requests this process sent (`replayed` and `cached` apart)."""
+    error: BaseException | None
+    """What ended a run that stopped with `error`."""
+    replayed: int
+    """LM requests a checkpoint's record answered instead."""
+    cached: int
+    """LM calls DSPy's cache answered."""
+    tokens: int
+    """Input plus output tokens, as the LMs report them."""
+    cost_usd: float | None
+    """What the requests cost; None when unknown."""
+    question: Any
+    """The question a run that stopped with `awaiting_input` waits on (`loops.person.Question`)."""
+
     def __repr__(self) -> str:
         return display.result_text(self)
 
     def _repr_html_(self) -> str:
         return display.result_html(self)
-
-
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if hasattr(value, "toDict"):
-        return value.toDict()
-    return str(value)
 
 
 class _Unset:
@@ -236,290 +155,6 @@ class _Unset:
 UNSET: Any = _Unset()  # a limit or option not given: the default applies
 
 
-# --- the operations a run's generator yields, and the two drivers that perform them ---------------
-
-
-@dataclass(slots=True)
-class _Invoke:
-    target: Any
-    args: tuple
-    kwargs: dict[str, Any]
-    adapter: dspy.Adapter | None = None
-    deadline: float | None = None
-    llm: bool = False  # an LLM role's call
-    run_aware: bool = False  # its LM's engine asks the run before each request and stops at the deadline itself
-    observed: tuple[context.CallInfo, tuple[Any, ...]] | None = None  # the call and its run's observers
-
-    def _context(self) -> contextlib.AbstractContextManager:
-        """The adapter, and DSPy's callbacks with the run's gate first, unless the call's LM asks the run
-        itself (then the callbacks cost nothing): a phase's LMs are unknown, so a phase is gated."""
-        callbacks = [callback for callback in dspy.settings.callbacks or () if not isinstance(callback, _RequestGate)]
-        if not self.run_aware:
-            callbacks.insert(0, _GATE)
-        adapter = {} if self.adapter is None else {"adapter": self.adapter}
-        return dspy.context(callbacks=callbacks, **adapter)
-
-    def _scopes(self) -> contextlib.AbstractContextManager:
-        """What the call's observers hold open while its work runs, in the thread or task that runs it."""
-        if self.observed is None:
-            return contextlib.nullcontext()
-        call, observers = self.observed
-        return context.scopes(call, to=observers)
-
-    def perform(self) -> Any:
-        try:
-            # An LM that cannot stop by itself is given up at the deadline on a worker thread; not while
-            # `dspy.streamify` streams, which sends each chunk from the thread it runs the program on (an AnyIO
-            # worker thread), where the run's gate still refuses any request past the deadline.
-            if self.deadline is not None and self.llm and not self.run_aware and dspy.settings.send_stream is None:
-                return context.within_deadline(self._perform, "the LM call")
-            return self._perform()
-        except RequestRefused as refused:  # the run's limits refused a request of this call
-            raise refused.limit from None
-
-    def _perform(self) -> Any:
-        with self._context(), self._scopes():
-            result = self.target(*self.args, **self.kwargs)
-            if inspect.isawaitable(result):
-                result = _run_coroutine(result)
-        return result
-
-    async def aperform(self) -> Any:
-        try:
-            if self.deadline is None:
-                return await self._acall()
-            scope = asyncio.timeout(max(0.0, self.deadline - time.monotonic()))
-            try:
-                async with scope:
-                    return await self._acall()
-            except TimeoutError as late:
-                if not scope.expired():
-                    raise
-                raise DeadlinePassed("abandoned at the run's deadline") from late
-        except RequestRefused as refused:
-            raise refused.limit from None
-
-    async def _acall(self) -> Any:
-        with self._context(), self._scopes():
-            if isinstance(self.target, dspy.Module) and hasattr(self.target, "aforward"):
-                result = await self.target.acall(*self.args, **self.kwargs)
-            elif inspect.iscoroutinefunction(self.target):
-                result = await self.target(*self.args, **self.kwargs)
-            else:
-                # A plain phase (a validator running tests, say) may block: keep the event loop free. Under
-                # `dspy.streamify`, on an AnyIO worker thread: DSPy sends the chunks of the LM calls the phase
-                # makes (a DSL atom's) from the thread making them, through AnyIO.
-                call = functools.partial(self.target, *self.args, **self.kwargs)
-                result = await (asyncio.to_thread(call) if dspy.settings.send_stream is None
-                                else anyio.to_thread.run_sync(call, abandon_on_cancel=True))
-            if inspect.isawaitable(result):
-                result = await result
-        return result
-
-
-@dataclass(frozen=True, slots=True)
-class _Sleep:
-    seconds: float
-
-    def perform(self) -> None:
-        time.sleep(self.seconds)
-
-    async def aperform(self) -> None:
-        await asyncio.sleep(self.seconds)
-
-
-def _run_coroutine(awaitable: Any) -> Any:
-    """An async phase driven by the synchronous `forward`, even inside a running event loop (Jupyter)."""
-    async def wait() -> Any:
-        return await awaitable
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(wait())
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
-        return worker.submit(contextvars.copy_context().run, asyncio.run, wait()).result()
-
-
-# A loop, as the generator of operations (role calls, waits) a driver performs.
-RoleCalls = Generator[Any, Any, Any]
-
-
-def drive(program: RoleCalls) -> Any:
-    """Run a loop program synchronously and return its result."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            operation = program.throw(error) if error is not None else program.send(reply)
-        except StopIteration as done:
-            return done.value
-        reply, error = None, None
-        try:
-            reply = operation.perform()
-        except Exception as exc:
-            error = exc
-
-
-async def adrive(program: RoleCalls) -> Any:
-    """Run a loop program asynchronously and return its result; the same program `drive` runs."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            operation = program.throw(error) if error is not None else program.send(reply)
-        except StopIteration as done:
-            return done.value
-        reply, error = None, None
-        try:
-            reply = await operation.aperform()
-        except Exception as exc:
-            error = exc
-
-
-# --- one run ------------------------------------------------------------------------------------
-
-
-class _UsageLog(UsageTracker):
-    """DSPy's usage tracker, also keeping every entry in order (one entry is one LM request answered),
-    the tokens they report and what they cost; and which LM calls it heard from (DSPy reports no usage for
-    an answer from its cache).
-
-    A model's own price (the embedded model's: free) is always counted. LiteLLM's prices are looked up only
-    when `priced` (a cost budget needs them): loading LiteLLM's price map costs seconds, which a run without
-    one does not pay, so its cost is then None, unknown, as it is when nobody knows a model's price. Under a
-    cost budget a request of unknown price counts as free (`unpriced` says which models)."""
-
-    def __init__(self, priced: bool = False, observers: tuple[Any, ...] = ()) -> None:
-        super().__init__()
-        self.observers = observers  # told of every answer (`lm_answered`)
-        self.entries: list[dict[str, Any]] = []
-        self.tokens = 0
-        self.priced = priced
-        self.cost_usd: float | None = 0.0
-        self.unpriced: set[str] = set()
-        self.answered: set[str | None] = set()  # DSPy's ids of the LM calls (callbacks) that reported usage
-
-    def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
-        call_id = ACTIVE_CALL_ID.get()
-        self.answered.add(call_id)
-        super().add_usage(lm, usage_entry)
-        if not usage_entry:
-            return
-        if self.observers:
-            context.notify("lm_answered", call_id, lm, usage_entry, to=self.observers)
-        self.entries.append(usage_entry)
-        self.tokens += int(usage_entry.get("prompt_tokens") or 0) + int(usage_entry.get("completion_tokens") or 0)
-        if self.cost_usd is None:
-            return
-        price = profile.price_of(lm)
-        cost = price(lm, usage_entry) if self.priced or price is not profile.litellm_price else None
-        if cost is not None:
-            self.cost_usd += cost
-        elif self.priced:
-            self.unpriced.add(lm)
-        else:
-            self.cost_usd = None
-
-
-class _RequestGate(BaseCallback):
-    """DSPy's hook around every LM call of a role or phase call (`_Invoke`), a JSON-adapter fallback's
-    included: an LM whose engine does not ask the run itself (`loops.context.run_aware`) is asked for here,
-    before the call, and a call DSPy answered from its cache is counted as cached rather than sent. It is
-    first among the callbacks, so a refused call is one no other callback saw start; a role on a run-aware
-    LM goes without it (DSPy's callbacks cost ~0.1 ms of CPU per decorated call)."""
-
-    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
-        run = context.current_run()
-        if isinstance(run, Run):
-            run.lm_call_started(call_id, instance)
-
-    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
-        run = context.current_run()
-        if isinstance(run, Run):
-            run.lm_call_ended(call_id, exception)
-
-
-_GATE = _RequestGate()
-
-
-class _TruncatedAnswers(logging.Filter):
-    """DSPy logs an answer cut at its request's max_tokens (`dspy.clients.lm`: "LM response was truncated"), a line
-    that lands in the middle of the live table or a notebook's output: within a run it is one of the run's warnings
-    instead, once per role, and the log line is dropped. Outside a run the line stays, as DSPy prints it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        run = context.current_run()
-        if not isinstance(run, Run) or "truncated" not in record.getMessage():
-            return True
-        run.answer_cut()
-        return False
-
-
-logging.getLogger("dspy.clients.lm").addFilter(_TruncatedAnswers())
-
-
-FailureAction = Literal["propagate", "setup", "timeout", "reparse", "retry", "give_up"]
-
-
-def failure_action(error: BaseException, *, llm: bool, attempts: int, parse_failures: int, retry: RetryPolicy,
-                   out_of_time: bool) -> FailureAction:
-    """What a role call does after an attempt of it failed with `error` (`attempts` made so far, of which
-    `parse_failures` were answers that could not be parsed):
-
-    - "propagate": the error is no failure of this call (a limit that refused its next request, or a limit
-      or failure of a role call a phase made, already recorded; a `loops.sexp.DslError`, a bug in the DSL
-      program that must keep its position);
-    - "setup": a developer's mistake that surfaced at the call (no LM, a rejected key): it raises;
-    - "timeout": the run's time is up;
-    - "reparse": ask an LLM role again, at a little temperature, for an answer that parses;
-    - "retry": a transient fault (rate limit, time-out, dropped connection): wait, then send again;
-    - "give_up": the role failed for good.
-    """
-    if isinstance(error, LoopsError) and not isinstance(error, ConfigurationError | DeadlinePassed):
-        return "propagate"
-    if setup_error(error) is not None:
-        return "setup"
-    if isinstance(error, DeadlinePassed) or out_of_time:
-        return "timeout"
-    # Only an LLM role is asked again with a config of its own: a phase (a user's program) takes no `config`.
-    if is_unparseable(error) and llm and parse_failures < retry.parse_retries:
-        return "reparse"
-    if is_transient(error) and attempts < retry.attempts:
-        return "retry"
-    return "give_up"
-
-
-class _Tally:
-    """What one role call has used so far: attempts, and where the run's counts stood before it."""
-
-    def __init__(self, run: Run, role: str, inputs: dict[str, Any], call: context.CallInfo | None = None):
-        self.run, self.role, self.inputs, self.call = run, role, inputs, call
-        self.started, self.started_at = run.clock(), time.time()
-        self.entries_before, self.calls_before, self.cached_before = len(run.usage.entries), run.lm_calls, run.cached
-        self.cost_before = run.usage.cost_usd
-        self.attempts = self.parse_failures = 0
-        self.failed: Step | None = None  # the call's step, when it failed for good
-
-    def requests(self) -> int:
-        """LM requests sent by this call so far (those of the role calls nested in it included)."""
-        return self.run.lm_calls - self.calls_before
-
-    def step(self, outputs: dict[str, Any] | None, error: str | None = None) -> Step:
-        """The call as a trace step, with what it used."""
-        run = self.run
-        entries = run.usage.entries[self.entries_before:]
-        cost = None if run.usage.cost_usd is None else run.usage.cost_usd - (self.cost_before or 0.0)
-        return Step(self.role, run.iteration, self.inputs, outputs, run.clock() - self.started, self.attempts,
-                    self.requests(), _tokens(entries) if entries else None, error,
-                    cached=run.cached - self.cached_before, cost_usd=cost, depth=run._base_depth + run._depth,
-                    started_at=self.started_at)
-
-    def fail(self, error: str) -> None:
-        """Record the call as a failed step."""
-        self.failed = self.step(None, error)
-        self.run._record(self.failed)
-
-
 @dataclass
 class Run:
     """The state of one loop run: never stored on the module, so concurrent runs share nothing."""
@@ -531,21 +166,17 @@ class Run:
     strict: bool = False
     aliases: Mapping[str, str] = field(default_factory=dict)
     contracts: Mapping[str, PhaseContract] = field(default_factory=dict)
+    builtin: frozenset[str] = frozenset()  # the phases the module's own LLM roles take (`turn`)
     windows: int | Mapping[str, int | None] | None | object = UNSET
     history_summary: bool = False
     replay: checkpoint.Replay | None = None
     parent: Any = None  # the run this one runs within (a DSL loop form's run within its program's), if any
 
     def __post_init__(self) -> None:
-        self.started = self.clock()
-        timeout = self.budget.timeout_s
-        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.deadline = Deadline(self.budget.timeout_s, self.clock)  # the one clock the run, context and DSL read
         self.iteration = 0
-        self.lm_calls = 0  # LM requests this process sent for the run
-        self.replayed = 0  # LM requests the checkpoint's record answered instead (sent by an earlier process)
-        self.cached = 0  # LM calls DSPy's cache answered (no request)
-        self.context_chars = 0
-        self.turns: dict[str, list[dict[str, Any]]] = {}
+        self.counted = Usage()  # the requests sent, replayed and cached (the usage log counts tokens and cost)
+        self.histories = Histories(self.history_summary)
         self.trace: list[Step] = []
         self.warnings: list[str] = []
         self.best: dict[str, Any] | None = None
@@ -554,24 +185,20 @@ class Run:
         self.error: BaseException | None = None
         self.question: person.Question | None = None  # what the run paused on ("awaiting_input")
         self.result: LoopResult | None = None  # the run's prediction, once `program` has it
-        self._observers = context.observers()
-        self.info = self._run_info() if self._observers else None  # the run as its observers know it
-        self.usage = _UsageLog(priced=self.budget.max_cost_usd is not None, observers=self._observers)
-        self._turn_chars: dict[str, list[int]] = {}
-        self._shown_chars: dict[str, int] = {}
-        self._role_windows: dict[str, int | None] = {}
-        self._depth = 0  # calls in flight: a call made while a phase runs is nested in it
-        self._saved_warnings: set[int] = set()
-        self._unpriced_warned: set[str] = set()
-        self._context_warned = False
-        self._predictions: list[Any] = []  # what this run's LLM role calls returned, for `demos.curate_trace`
-        self._credited: list[Any] = []
+        self.observers = context.observers()
+        self.info = _run_info(self) if self.observers else None  # the run as its observers know it
+        self.usage = UsageLog(priced=self.budget.max_cost_usd is not None, observers=self.observers)
+        self.depth = 0  # calls in flight: a call made while a phase runs is nested in it
+        self.calling: list[str] = []  # the roles whose calls are in flight, the innermost last
+        self.saved_warnings: set[int] = set()  # those a saved call's record holds (`loops.replay`)
+        self._unpriced_warned: set[str] = set()  # the models of unknown price warned of
+        self._once: set[str] = set()  # the warnings given once per run ("context") or per role ("cut:ROLE")
+        self.predictions: list[Any] = []  # what this run's LLM role calls returned, for `demos.curate_trace`
+        self.credited: list[Any] = []
         self._gated: set[str] = set()  # LM calls the run counted when they started (`lm_call_started`)
         self._unpublished: Step | None = None  # the last step, until the pattern moves on from it (`publish`)
-        self._calling: list[str] = []  # the roles whose calls are in flight, the innermost last
-        self._cut: set[str] = set()  # the roles an answer of which was cut at its max_tokens (`answer_cut`)
         # The calls this run runs within: those in flight in the run it runs within, and that run's own depth.
-        self._base_depth = (self.parent._base_depth + self.parent._depth) if isinstance(self.parent, Run) else 0
+        self.base_depth = (self.parent.base_depth + self.parent.depth) if isinstance(self.parent, Run) else 0
         if isinstance(self.parent, Run):
             self.parent.publish()  # its last step comes before this run's first
 
@@ -590,40 +217,21 @@ class Run:
         target = predictor if predictor is not None else getattr(self.module, role)
         if isinstance(target, person.Human):
             return (yield from self._ask(role, target, inputs))
-        inner, history_field = predictor_of(target)
-        lm = inner.lm if inner is not None and inner.lm is not None else dspy.settings.lm
-        if history_field is not None and role not in self._role_windows:
-            self._role_windows[role] = self._window(role, lm)
-        warnings_at = len(self.warnings)
-        inputs_hash = self._inputs_hash(inputs)
-        recorded = self._replayed(role, inputs_hash)
-        if recorded is not None:
-            result = recorded
-        else:
-            kwargs = dict(inputs)
-            if history_field is not None:
-                kwargs[history_field] = dspy.History(messages=self._shown_turns(role))
-            if config:
-                kwargs["config"] = dict(config)
-            if demos is not None:
-                kwargs["demos"] = list(demos)
-            if adapter is None and dspy.settings.adapter is None:
-                adapter = profile.adapter_for(lm)  # the adapter the role's model answers in shape with
-            if history_field is not None:
-                adapter = adapter or dspy.settings.adapter or _CHAT_ADAPTER
-                if inner.demos or demos:
-                    adapter = demos_without_history(adapter)
-                adapter = historyless_once(adapter)
-            result = yield from self._call(role, target, (), kwargs, inputs, adapter, llm=True,
-                                           run_aware=context.run_aware(lm), model=getattr(lm, "model", None))
-            self._predictions.append(result)
-        turn = None
-        if history_field is not None:
-            turn = {**inputs, **result}
-            self._remember(role, turn)
-        if recorded is None:
-            self._save(role, inputs_hash, result, turn, warnings_at)
-        return result
+        found = lookup(target)  # its predictor, history field and LM, once for the call
+        if found.history is not None and not self.histories.has_window(role):
+            self.histories.set_window(role, _window(self.windows, role, found.lm))
+        return (yield from replay.recorded(self, role, inputs, lambda _: calls.ask_llm(
+            self, role, found, inputs, config, adapter, demos), remember=found.history is not None))
+
+    def turn(self, role: str, read: str, llm: Mapping[str, Any], options: Callable[[], Mapping[str, Any]] | None = None,
+             *, step: str | None = None, **arguments: Any) -> RoleCalls:
+        """`role`'s turn, whoever takes it: its built-in LLM role (`builtin`), called (as `step`, if given) with the
+        `llm` inputs and the options `options()` gives, its prediction read at `read`; else the user's phase,
+        called with its contract's `arguments`. Returns the value and the prediction (None for a phase)."""
+        if role not in self.builtin:
+            return (yield from self.call_phase(role, **arguments)), None
+        prediction = yield from self.call(step or role, **(options() if options else {}), **llm)
+        return prediction[read], prediction
 
     def call_now(self, role: str, predictor: Any, **inputs: Any) -> Any:
         """`call`, performed at once: for a phase (running inside this run) that makes its own role calls,
@@ -654,14 +262,9 @@ class Run:
         the run's limits and retry policy, its LM requests counted at the run's gate, traced with `inputs`,
         recorded in the checkpoint and replayed from it (by `inputs`); under `adapter` when one is given.
         Returns what it returns."""
-        warnings_at = len(self.warnings)
         inputs = dict(inputs)
-        inputs_hash = self._inputs_hash(inputs)
-        result = self._replayed(role, inputs_hash)
-        if result is None:
-            result = yield from self._call(role, target, args, dict(kwargs or {}), inputs, adapter, llm=False)
-            self._save(role, inputs_hash, result, None, warnings_at)
-        return result
+        return (yield from replay.recorded(self, role, inputs, lambda _: calls.perform(
+            self, role, target, args, dict(kwargs or {}), inputs, adapter, "phase")))
 
     def check(self, checks: Sequence[Check], value: Any, *, floor: str | None = None,
               role: str = "checks") -> CheckReport:
@@ -671,33 +274,22 @@ class Run:
         them again). A check that raises ends the run gracefully (`RoleFailed`); one that returns what no check
         returns is a developer's mistake (`ContractError`), raised, as is an error of the library's own (a DSL
         check's, with its position)."""
-        self._notify("role_started", role, self.iteration)
-        started = self.clock()
-        try:
-            report = run_checks(checks, value, floor=floor)
-        except LoopsError:  # a developer's mistake (a check returning no verdict), a DSL program's error: as itself
-            raise
-        except Exception as error:
-            self._record(Step(role, self.iteration, {"value": value}, None, self.clock() - started,
-                              error=_describe(error)))
-            raise RoleFailed(role, f"a check raised {_describe(error)}{_raised_at(error)}") from error
-        self._record(Step(role, self.iteration, {"value": value}, report.to_dict(), self.clock() - started))
-        return report
+        return calls.check(self, checks, value, floor, role)
 
     def credit(self, prediction: Any, **used: Any) -> None:
         """Mark a role call's prediction as the one the run's result rests on (e.g. the kept one of several
         samples): an optimizer's demo of that role is this call rather than the role's last
         (`loops.demos`). `used` are output fields as the loop used them (e.g. the code after cleaning),
         which the demo shows instead of the raw answer."""
-        self._credited.append((prediction, used))
+        self.credited.append((prediction, used))
 
     def forget(self, role: str) -> None:
         """Start `role` over with an empty history (e.g. for a fresh attempt rather than a repair)."""
-        self.turns.pop(role, None)
+        self.histories.forget(role)
 
     def next_iteration(self) -> bool:
         """Start another iteration if the budget allows one; False at `max_iterations`."""
-        if self.iteration >= self.budget.max_iterations:
+        if not self.budget.allows_iteration(self.iteration + 1):
             self.warn(f"stopped at max_iterations={self.budget.max_iterations}")
             return False
         self.iteration += 1
@@ -723,11 +315,9 @@ class Run:
 
     def answer_cut(self) -> None:
         """An answer of the role being called was cut at its request's max_tokens: a warning, once per role."""
-        role = self._calling[-1] if self._calling else "a role"
-        if role not in self._cut:
-            self._cut.add(role)
-            self.warn(f"{role}: an answer was cut at the token limit of its request (max_tokens, --max-tokens), so it "
-                      "may be incomplete")
+        role = self.calling[-1] if self.calling else "a role"
+        self._warn_once(f"cut:{role}", f"{role}: an answer was cut at the token limit of its request (max_tokens, "
+                        "--max-tokens), so it may be incomplete")
 
     def publish(self) -> None:
         """Tell the observers of the last step recorded, if they have not heard of it. A step is published once
@@ -735,31 +325,22 @@ class Run:
         it (`note`) is on it when observers and `--trace` see it."""
         step, self._unpublished = self._unpublished, None
         if step is not None:
-            self._notify("step_finished", step)
+            self.notify("step_finished", step)
 
     def time_left(self) -> float | None:
         """Seconds until the run's timeout, None without one."""
-        if self.budget.timeout_s is None:
-            return None
-        return max(0.0, self.budget.timeout_s - (self.clock() - self.started))
+        return self.budget.time_left(self.deadline.elapsed())
+
+    def spent(self) -> Usage:
+        """What the run has spent so far, as one value (`loops.usage.Usage`)."""
+        counted, log = self.counted, self.usage
+        return Usage(counted.requests, counted.replayed, counted.cached, log.tokens, log.cost_usd,
+                     self.histories.chars, frozenset(log.unpriced) if log.unpriced else _NONE)
 
     def finish(self, stop_reason: StopReason, **result: Any) -> LoopResult:
         """The run's prediction: `result` over the fields set by `set_latest` over the best candidate."""
         self.publish()
-        measured = {
-            "iterations": self.iteration,
-            "stop_reason": stop_reason,
-            "warnings": list(self.warnings),
-            "trace": list(self.trace),
-            "histories": {role: dspy.History(messages=list(turns)) for role, turns in self.turns.items()},
-            "lm_calls": self.lm_calls,
-            "error": self.error,
-        }
-        fields = {**dict.fromkeys(RESULT_FIELDS), "success": False, **(self.best or {}), **self.current, **result,
-                  **measured}
-        fields.update({alias: fields[name] for alias, name in self.aliases.items()})
-        return LoopResult(**fields, replayed=self.replayed, cached=self.cached, tokens=self.usage.tokens,
-                          cost_usd=self.usage.cost_usd, question=self.question)
+        return _prediction(self, stop_reason, result)
 
     # What the module's forward/aforward hand to a driver ------------------------------------------
 
@@ -768,11 +349,11 @@ class Run:
         """The context a run's program is driven in: its usage log, its deadline, itself as current run, and
         what its observers hold open for it (`loops.context.Observer.scope`). Its checkpoint's claim on the run
         id is given up when it ends, and its observers hear that it finished, however it ends."""
-        self._notify("run_started", self.info)
+        self.notify("run_started", self.info)
         error = None
         try:
-            with (context.running(self, self.deadline), context.on_pause(self._paused),
-                  dspy.context(usage_tracker=self.usage), self._scopes(self.info)):
+            with (context.running(self, self.deadline), dspy.context(usage_tracker=self.usage),
+                  self._scopes(self.info)):
                 yield self
         except BaseException as exc:
             error = exc
@@ -780,21 +361,21 @@ class Run:
         finally:
             if self.replay is not None:
                 self.replay.release()
-            self._notify("run_finished", self.info, self.result, error)
+            self.notify("run_finished", self.info, self.result, error)
 
     def before_request(self) -> None:
         """The one check every LM request of the run passes before it is sent (`loops.context.before_request`):
         the deadline and every limit; a request let through is counted in `lm_calls`."""
         try:
-            self._check_limits()
+            self.check_limits()
         except LimitReached as limit:
             raise RequestRefused(limit) from None
-        self.lm_calls += 1
-        if self._observers:
-            context.notify("request_sent", self.info, to=self._observers)
+        self.counted.requests += 1
+        if self.observers:
+            context.notify("request_sent", self.info, to=self.observers)
 
     def lm_call_started(self, call_id: str, lm: Any) -> None:
-        """DSPy is about to call `lm` (`_RequestGate`): ask for its request, unless its engine asks itself."""
+        """DSPy is about to call `lm` (the request gate): ask for its request, unless its engine asks itself."""
         if not context.run_aware(lm):
             self.before_request()
             self._gated.add(call_id)
@@ -804,8 +385,8 @@ class Run:
         counted = call_id in self._gated
         self._gated.discard(call_id)
         if exception is None and call_id not in self.usage.answered:
-            self.cached += 1
-            self.lm_calls -= 1 if counted else 0
+            self.counted.cached += 1
+            self.counted.requests -= 1 if counted else 0
         self.usage.answered.discard(call_id)
 
     def program(self, loop: Callable[..., RoleCalls], **inputs: Any) -> RoleCalls:
@@ -815,381 +396,127 @@ class Run:
         try:
             prediction = yield from loop(self, **inputs)
         except AwaitingInput as pause:
-            prediction = self._paused_on(pause)
+            prediction = _paused_on(self, pause)
         except LimitReached as limit:
             self.warn(str(limit))
-            self._notify("limit_reached", self.info, limit)
+            self.notify("limit_reached", self.info, limit)
             prediction = self.finish(limit.reason)
         except RunError as failure:
             self.error = failure
-            self.warn(f"stopped by an error: {_describe(failure)}")
+            self.warn(f"stopped by an error: {describe(failure)}")
             prediction = self.finish("error")
         finally:
             self.publish()  # a run that raised (a developer's mistake) still shows its last step
-        if self.replay is not None:
-            unrecorded = self.replay.finish(prediction.stop_reason)
-            if unrecorded:
-                prediction.warnings.append(unrecorded)
-        if self.parent is not None and prediction.stop_reason == "awaiting_input":
-            pause = AwaitingInput(self.question)  # the run this one runs within pauses too
-            pause.prediction = prediction
-            raise pause
-        curate_trace(self._predictions, self._credited)
-        self.result = prediction
-        if self.strict and (prediction.stop_reason in LIMIT_REASONS or prediction.stop_reason == "error"):
-            raised = self.error if isinstance(self.error, RunError) else LimitReached(
-                prediction.stop_reason, prediction.warnings[-1])
-            raised.prediction = prediction
-            raise raised
-        return prediction
+        return _settled(self, prediction)
+
+    # What the call machinery (`loops.calls`, `loops.replay`) asks of the run ----------------------
+
+    def check_limits(self, where: str = "") -> None:
+        """Raise the `LimitReached` `Budget.check` finds, after the warnings it asks for (`where` says where the
+        run stopped). LM calls count the whole run's, those replayed from a checkpoint included, as tokens and
+        cost do."""
+        checked = self.budget.check(self.spent(), self.deadline.elapsed(), where, warned=self._unpriced_warned)
+        if checked.warnings:
+            self._unpriced_warned.update(checked.unpriced)
+            self.warnings.extend(checked.warnings)
+        if checked.stop is not None:
+            raise checked.stop
+
+    def remember(self, role: str, turn: dict[str, Any]) -> None:
+        """Add a turn to the role's history; warn, once, when the histories near `max_context_chars`."""
+        warning = self.budget.context_warning(self.histories.add(role, turn))
+        if warning is not None:
+            self._warn_once("context", warning)
+
+    def record(self, step: Step) -> None:
+        """Add a finished call to the trace; observers hear of it once the pattern moves on (`publish`)."""
+        self.publish()
+        self.trace.append(step)
+        self._unpublished = step
+
+    def notify(self, event: str, *args: Any) -> None:
+        if self.observers:
+            context.notify(event, *args, to=self.observers)
 
     # Internals ----------------------------------------------------------------------------------
 
-    def _window(self, role: str, lm: Any) -> int | None:
-        windows = self.windows
-        if isinstance(windows, Mapping):
-            windows = windows.get(role, UNSET)
-        if windows is UNSET:
-            return profile.profile_of(lm).history_window  # what the model's context can hold
-        return windows
-
-    def _shown_turns(self, role: str) -> list[dict[str, Any]]:
-        """The turns a role sees: all of them, or the last `history_window`, after a digest of the older
-        ones when `history_summary` is set."""
-        turns = self.turns.get(role, ())
-        window = self._role_windows.get(role)
-        if window is None or len(turns) <= window:
-            return list(turns)
-        older, kept = turns[:len(turns) - window], list(turns[len(turns) - window:])
-        return [condense_turns(older), *kept] if self.history_summary else kept
-
-    def _remember(self, role: str, turn: dict[str, Any]) -> None:
-        """Add a turn to the role's history, and count what the histories now put in the prompts."""
-        self.turns.setdefault(role, []).append(turn)
-        sizes = self._turn_chars.setdefault(role, [])
-        sizes.append(sum(len(value) if isinstance(value, str) else len(str(value)) for value in turn.values()))
-        window = self._role_windows.get(role)
-        shown = sum(sizes if window is None else sizes[len(sizes) - window:] if window else ())
-        previous, self._shown_chars[role] = self._shown_chars.get(role, 0), shown
-        self._context_now(self.context_chars - previous + shown)
-
-    def _inputs_hash(self, inputs: dict[str, Any]) -> str | None:
-        """What a call's inputs are recorded and replayed by, taken once before the call (which may change
-        them); None when the run has no checkpoint."""
-        return None if self.replay is None else checkpoint.stable_hash(inputs)
-
-    def _replayed(self, role: str, inputs_hash: str | None) -> Any:
-        """The recorded result of this call when the run is being replayed (its trace step, warnings, LM
-        requests as `replayed`, tokens and cost restored, so the budget is the whole run's), else None."""
-        if self.replay is None:
-            return None
-        self._check_limits()
-        found = self.replay.take(role, inputs_hash, nested=self._depth > 0)
-        if found is None:
-            return None
-        inner, call = found
-        for record in (*inner, call):
-            result, step, warnings, turn = self.replay.unpacked(record)
-            if record is not call and turn is not None:
-                self._remember(record.role, turn)
-            self.warnings.extend(warnings)
-            if record is call:  # a phase's record counts the calls nested in it too
-                self.replayed += step.lm_calls
-                self.usage.tokens += sum(step.tokens.values()) if step.tokens else 0
-                if self.usage.cost_usd is not None and step.cost_usd is not None:
-                    self.usage.cost_usd += step.cost_usd
-            step.replayed = True
-            step.depth = self._base_depth + self._depth + (record is not call)
-            self._record(step)
-            self._notify("call_replayed", self.info, step, record is not call or self._depth > 0)
-        return result
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._once:
+            self._once.add(key)
+            self.warn(message)
 
     def _ask(self, role: str, asked: person.Human, inputs: dict[str, Any]) -> RoleCalls:
         """A person's turn in `role`'s place, as a role call: replayed from the checkpoint's record, else the
         answer recorded there for the question the run paused on, else asked (`loops.person`); kept in the
         role's history and recorded. `AwaitingInput`, with the question kept in the checkpoint, when nobody
         can answer."""
-        warnings_at = len(self.warnings)
-        inputs_hash = self._inputs_hash(inputs)
-        recorded = result = self._replayed(role, inputs_hash)
-        if recorded is None:
-            answered = None if self.replay is None else self.replay.answer_for(role, inputs_hash)
-            if answered is not None:
-                self._notify("resumed", self.info, role)
-            try:
-                result = yield from self._call(role, asked, (asked.question(role, inputs, self.iteration), answered),
-                                               {}, inputs, None, llm=False, human=True)
-            except AwaitingInput as pause:
-                if self.replay is None:
-                    raise person.nobody_to_answer([role]) from None
-                self.replay.ask(role, inputs_hash, pause.question)
-                raise
-        turn = {**inputs, **result}
-        self._remember(role, turn)
-        if recorded is None:
-            self._save(role, inputs_hash, result, turn, warnings_at)
-            if self.replay is not None:
-                self.replay.settle()  # answered (here or from elsewhere): the question is the call's record now
-        return result
-
-    def _paused(self, seconds: float) -> None:
-        """A person answered in this run, or in one it runs within, after `seconds` (`loops.context.paused`): its
-        clock and deadline move past the wait, which is not the run's time."""
-        self.started += seconds
-        if self.deadline is not None:
-            self.deadline += seconds
-
-    def _paused_on(self, pause: AwaitingInput) -> LoopResult:
-        """The run's end when nobody can answer a person's question now: the question kept on the result (and in
-        the checkpoint), and, unless it runs within another run, a warning saying how to answer and resume."""
-        self.question = pause.question
-        self._notify("paused", self.info, pause.question)
-        if self.parent is None:
-            store, run_id = (getattr(self.replay.store, "path", "FILE"), self.replay.run_id) if self.replay else (
-                "FILE", "RUN_ID")
-            self.warn(f"waiting for a person to answer as the {pause.question.role}: `loops runs show {store} "
-                      f"{run_id}` shows the question, `loops runs answer {store} {run_id} "
-                      f"{pause.question.usage()}` (or loops.answer) records the answer, and the same call with "
-                      f"run_id={run_id!r} (the same command with --run-id {run_id}) goes on")
-        return self.finish("awaiting_input")
-
-    def _save(self, role: str, inputs_hash: str | None, result: Any, turn: dict[str, Any] | None,
-              warnings_at: int) -> None:
-        """Record a finished call for replay, with the warnings it raised (less its nested calls')."""
-        if self.replay is None:
-            return
-        raised = [index for index in range(warnings_at, len(self.warnings)) if index not in self._saved_warnings]
-        self._saved_warnings.update(raised)
-        self.replay.save(role, inputs_hash, self._depth > 0, result, self.trace[-1],
-                         [self.warnings[index] for index in raised], turn)
-
-    def _call(self, role: str, target: Any, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any],
-              adapter: dspy.Adapter | None, *, llm: bool, run_aware: bool = False, human: bool = False,
-              model: str | None = None) -> RoleCalls:
-        """One role or phase call with retries; records a step with its outputs (before observers hear of
-        it). `llm` marks an LLM role, `run_aware` one whose LM asks the run itself (`loops.context`), `human`
-        a person's turn: no deadline fires while they answer, and the run's clocks move past the wait.
-
-        Every LM request is counted where it passes the run's gate (`before_request`): first tries, retries,
-        re-asks, JSON fallbacks and engines' re-sends alike, failed and abandoned ones included."""
-        self.publish()
-        self._check_limits()
-        call = None
-        if self._observers:
-            call = context.CallInfo(self.info, role, self.iteration, "human" if human else "llm" if llm else "phase",
-                                    model)
-            self._notify("role_started", role, self.iteration)
-            self._notify("call_started", call)
-        observed = None if call is None else (call, self._observers)
-        tally = _Tally(self, role, inputs, call)
-        try:
-            while True:
-                tally.attempts += 1
-                self._depth += 1
-                self._calling.append(role)
-                asked_at = time.monotonic()
-                try:
-                    result = yield _Invoke(target, args, kwargs, adapter, None if human else self.deadline, llm,
-                                           run_aware, observed)
-                    break
-                except Exception as exc:
-                    self._depth -= 1
-                    self._calling.pop()
-                    kwargs = yield from self._after_failure(tally, exc, kwargs, llm)
-        except BaseException as exc:
-            self._notify("call_finished", call, tally.failed, exc)
-            raise
-        self._depth -= 1
-        self._calling.pop()
-        if human:
-            context.paused(time.monotonic() - asked_at)
-        if run_aware and not tally.requests():
-            self.cached += 1  # its engine was never reached: DSPy's cache answered
-        # A module phase's prediction holds its signature, which may be built at run time (a string signature's):
-        # its step keeps a copy of its fields, which a checkpoint can record.
-        shown = dspy.Prediction(**result) if isinstance(result, dspy.Prediction) else result
-        step = tally.step(dict(result.items()) if llm or human else {"result": shown})
-        step.human = human
-        self._record(step)
-        self._notify("call_finished", call, step, None)
-        return result
-
-    def _after_failure(self, tally: _Tally, error: Exception, kwargs: dict[str, Any], llm: bool) -> RoleCalls:
-        """What follows a failed attempt (`failure_action`): the keyword arguments of the next attempt,
-        after a wait when it is a retry; or the step recorded as failed and the error that ends the call."""
-        role = tally.role
-        action = failure_action(error, llm=llm, attempts=tally.attempts, parse_failures=tally.parse_failures,
-                                retry=self.retry, out_of_time=self._out_of_time())
-        self._notify("attempt_failed", tally.call, tally.attempts, error, action)
-        if action == "propagate":
-            if llm and isinstance(error, LimitReached) and tally.requests():
-                tally.fail(str(error))  # the run's limits refused this call's next request: keep what it sent
-            raise error
-        if action in ("reparse", "retry"):
-            try:
-                self._check_limits(f" in {role} before a retry")  # the budget, all of it, before every retry
-            except LimitReached as limit:
-                tally.fail(_describe(error))
-                raise limit from error
-        if action == "reparse":
-            tally.parse_failures += 1
-            self.warn(f"{role}: answer could not be parsed; asked again")
-            # A new rollout at some temperature: the same request would get the same answer.
-            return {**kwargs, "config": {**kwargs.get("config", {}), "temperature": self.retry.parse_retry_temperature,
-                                         "rollout_id": tally.parse_failures}}
-        if action == "retry":
-            pause, left = self.retry.delay_s(tally.attempts, getattr(error, "retry_after", None)), self.time_left()
-            if left is None or pause < left:
-                yield _Sleep(pause)
-                return kwargs
-            tally.fail(_describe(error))
-            raise LimitReached("timeout", f"stopped in {role}: no time left to retry after {_describe(error)} "
-                               f"(the wait before it: {pause:.1f}s)") from error
-        if action == "setup":
-            tally.fail(_describe(error))
-            mistake = setup_error(error)
-            if mistake is error:
-                raise error
-            raise mistake from error
-        if action == "timeout":
-            tally.fail("abandoned at the deadline")
-            raise LimitReached("timeout", f"stopped in {role} after {self.clock() - self.started:.1f}s: "
-                               f"timeout_s={self.budget.timeout_s} reached") from error
-        tally.fail(_describe(error))
-        what = "its answer could not be parsed" if is_unparseable(error) else _describe(error)
-        if not llm:  # a phase is the caller's code: point at the line that raised
-            what += _raised_at(error)
-        raise RoleFailed(role, f"{role} failed after {tally.attempts} attempt(s): {what}") from error
-
-    def _out_of_time(self) -> bool:
-        timeout = self.budget.timeout_s
-        return timeout is not None and self.clock() - self.started >= timeout
-
-    def _check_limits(self, where: str = "") -> None:
-        """Raise `LimitReached` when the run's time or a limit is spent (`where` says where it stopped). LM
-        calls count the whole run's, those replayed from a checkpoint included, as tokens and cost do."""
-        budget = self.budget
-        elapsed = self.clock() - self.started
-        if budget.timeout_s is not None and elapsed >= budget.timeout_s:
-            raise LimitReached("timeout", f"stopped{where} after {elapsed:.1f}s: timeout_s={budget.timeout_s} reached")
-        calls = self.lm_calls + self.replayed
-        if budget.max_lm_calls is not None and calls >= budget.max_lm_calls:
-            raise LimitReached("lm_calls", f"stopped{where} after {calls} LM calls: "
-                               f"max_lm_calls={budget.max_lm_calls} reached")
-        if budget.max_tokens is not None and self.usage.tokens >= budget.max_tokens:
-            raise LimitReached("tokens", f"stopped{where} after {self.usage.tokens} tokens: "
-                               f"max_tokens={budget.max_tokens} reached")
-        if budget.max_cost_usd is not None:
-            unpriced = sorted(self.usage.unpriced - self._unpriced_warned)
-            if unpriced:
-                self.warn(f"no price is known for {unpriced}: their requests count as free against max_cost_usd")
-                self._unpriced_warned.update(unpriced)
-            if self.usage.cost_usd >= budget.max_cost_usd:
-                raise LimitReached("cost", f"stopped{where} after ${self.usage.cost_usd:.4f}: max_cost_usd="
-                                   f"{budget.max_cost_usd} reached")
-        if budget.max_context_chars is not None and self.context_chars >= budget.max_context_chars:
-            raise LimitReached(
-                "context_limit",
-                f"stopped{where}: role histories hold {self.context_chars} chars, "
-                f"max_context_chars={budget.max_context_chars}",
-            )
-
-    def _context_now(self, chars: int) -> None:
-        self.context_chars = chars
-        limit = self.budget.max_context_chars
-        warn_at = None if limit is None else self.budget.context_warning_ratio * limit
-        if warn_at is not None and not self._context_warned and self.context_chars >= warn_at:
-            self._context_warned = True
-            self.warn(f"role histories hold {self.context_chars} chars, "
-                      f"{self.context_chars / limit:.0%} of max_context_chars={limit}")
-
-    def _record(self, step: Step) -> None:
-        """Add a finished call to the trace; observers hear of it once the pattern moves on (`publish`)."""
-        self.publish()
-        self.trace.append(step)
-        self._unpublished = step
-
-    def _notify(self, event: str, *args: Any) -> None:
-        if self._observers:
-            context.notify(event, *args, to=self._observers)
+        return (yield from replay.recorded(self, role, inputs, lambda inputs_hash: calls.ask_person(
+            self, role, asked, inputs, inputs_hash), remember=True, settles=True))
 
     def _scopes(self, what: Any) -> contextlib.AbstractContextManager:
-        return context.scopes(what, to=self._observers) if self._observers else contextlib.nullcontext()
-
-    def _run_info(self) -> context.RunInfo:
-        replay = self.replay
-        store = None if replay is None else getattr(replay.store, "path", None)
-        return context.RunInfo(type(self.module).__name__, None if replay is None else replay.run_id,
-                               None if store is None else str(store), 0 if replay is None else len(replay.recorded),
-                               self.parent is not None, asdict(self.budget))
+        return context.scopes(what, to=self.observers) if self.observers else contextlib.nullcontext()
 
 
-_predictors: weakref.WeakKeyDictionary[Any, tuple[dspy.Predict | None, str | None]] = weakref.WeakKeyDictionary()
+def _window(windows: Any, role: str, lm: Any) -> int | None:
+    """How many turns `role` is shown: the run's `windows` (one for all, or by role), else its model's profile's."""
+    if isinstance(windows, Mapping):
+        windows = windows.get(role, UNSET)
+    if windows is UNSET:
+        return profile.profile_of(lm).history_window  # what the model's context can hold
+    return windows
 
 
-def predictor_of(target: Any) -> tuple[dspy.Predict | None, str | None]:
-    """A role's one predictor and the name of its signature's `dspy.History` input, if it has them.
-
-    Resolved once per role object: walking `predictors()` walks each one's growing call history."""
-    try:
-        return _predictors[target]
-    except KeyError:
-        pass
-    except TypeError:
-        return None, None  # not weak-referenceable, so not a dspy.Module
-    found = [target] if isinstance(target, dspy.Predict) else (
-        target.predictors() if isinstance(target, dspy.Module) else [])
-    predictor = found[0] if len(found) == 1 else None
-    history = None if predictor is None else next(
-        (name for name, info in predictor.signature.input_fields.items() if info.annotation is dspy.History), None)
-    _predictors[target] = predictor, history
-    return predictor, history
+def _paused_on(run: Run, pause: AwaitingInput) -> LoopResult:
+    """The run's end when nobody can answer a person's question now: the question kept on the result (and in
+    the checkpoint), and, unless it runs within another run, a warning saying how to answer and resume."""
+    run.question = pause.question
+    run.notify("paused", run.info, pause.question)
+    if run.parent is None:
+        store, run_id = (getattr(run.replay.store, "path", "FILE"), run.replay.run_id) if run.replay else (
+            "FILE", "RUN_ID")
+        run.warn(f"waiting for a person to answer as the {pause.question.role}: `loops runs show {store} "
+                  f"{run_id}` shows the question, `loops runs answer {store} {run_id} "
+                  f"{pause.question.usage()}` (or loops.answer) records the answer, and the same call with "
+                  f"run_id={run_id!r} (the same command with --run-id {run_id}) goes on")
+    return run.finish("awaiting_input")
 
 
-_CONDENSED_CHARS = 160
+def _run_info(run: Run) -> context.RunInfo:
+    replay = run.replay
+    store = None if replay is None else getattr(replay.store, "path", None)
+    return context.RunInfo(type(run.module).__name__, None if replay is None else replay.run_id,
+                           None if store is None else str(store), 0 if replay is None else len(replay.recorded),
+                           run.parent is not None, asdict(run.budget))
 
 
-def condense_turns(turns: Any) -> dict[str, str]:
-    """Older turns folded into one, field by field, so it renders like any turn: for each field, how many
-    turns are folded and the start of each one's value."""
-    fields: dict[str, list[str]] = {}
-    for turn in turns:
-        for name, value in turn.items():
-            fields.setdefault(name, []).append(" ".join(str(value).split())[:_CONDENSED_CHARS])
-    return {name: f"[{len(values)} earlier turn(s), condensed] " + " | ".join(values)
-            for name, values in fields.items()}
+def _prediction(run: Run, stop_reason: StopReason, result: dict[str, Any]) -> LoopResult:
+    """`Run.finish`'s prediction: what the run measured over `result` over `set_latest`'s over the best's."""
+    measured = {"iterations": run.iteration, "stop_reason": stop_reason, "warnings": list(run.warnings),
+                "trace": list(run.trace), "histories": run.histories.as_dspy(), "lm_calls": run.counted.requests,
+                "error": run.error}
+    fields = {**dict.fromkeys(RESULT_FIELDS), "success": False, **(run.best or {}), **run.current, **result,
+              **measured}
+    fields.update({alias: fields[name] for alias, name in run.aliases.items()})
+    return LoopResult(**fields, replayed=run.counted.replayed, cached=run.counted.cached, tokens=run.usage.tokens,
+                      cost_usd=run.usage.cost_usd, question=run.question)
 
 
-def _tokens(entries: Any) -> dict[str, int]:
-    tokens = {"input": 0, "output": 0}
-    for entry in entries:
-        tokens["input"] += int(entry.get("prompt_tokens") or 0)
-        tokens["output"] += int(entry.get("completion_tokens") or 0)
-    return tokens
-
-
-_NOT_USER_CODE = tuple(sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib"))
-
-
-def _raised_at(error: BaseException) -> str:
-    """Where in the caller's own code `error` was raised (the innermost frame outside loops, the standard library
-    and installed packages), as ` (at FILE:LINE in FUNCTION: SOURCE)`; "" when no frame is theirs."""
-    found = None
-    tb = error.__traceback__
-    while tb is not None:
-        frame = tb.tb_frame
-        module = frame.f_globals.get("__name__", "")
-        if not (module == "loops" or module.startswith("loops.")) and not frame.f_code.co_filename.startswith(
-                _NOT_USER_CODE):
-            found = tb
-        tb = tb.tb_next
-    if found is None:
-        return ""
-    code, line = found.tb_frame.f_code, found.tb_lineno
-    source = linecache.getline(code.co_filename, line).strip()
-    return f" (at {code.co_filename}:{line} in {code.co_name}{': ' + source if source else ''})"
-
-
-def _describe(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+def _settled(run: Run, prediction: LoopResult) -> LoopResult:
+    """A run's prediction, once its loop has ended: its end recorded in the checkpoint, a pause passed on to the
+    run it runs within, the optimizers' demos curated, and under `strict` a limit or a failure raised."""
+    if run.replay is not None:
+        unrecorded = run.replay.finish(prediction.stop_reason)
+        if unrecorded:
+            prediction.warnings.append(unrecorded)
+    if run.parent is not None and prediction.stop_reason == "awaiting_input":
+        pause = AwaitingInput(run.question)  # the run this one runs within pauses too
+        pause.prediction = prediction
+        raise pause
+    curate_trace(run.predictions, run.credited)
+    run.result = prediction
+    if run.strict and (prediction.stop_reason in LIMIT_REASONS or prediction.stop_reason == "error"):
+        raised = run.error if isinstance(run.error, RunError) else LimitReached(
+            prediction.stop_reason, prediction.warnings[-1])
+        raised.prediction = prediction
+        raise raised
+    return prediction

@@ -71,6 +71,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loops import context
+from loops.deadline import Deadline
 from loops.errors import ConfigurationError, LoopsError
 from loops.sexp.errors import (
     ArityError,
@@ -246,12 +247,14 @@ class Evaluation:
         self.max_depth = limits.max_depth
         # One clock: the earlier of the program's own wall clock and the deadline of the loop run it is
         # part of (a compiled program's, or the loop form's whose phase called it), as engines read it.
-        own = math.inf if limits.timeout_s is None else time.monotonic() + limits.timeout_s
-        run_deadline = context.deadline()
-        if run_deadline is not None and run_deadline < own:
-            self.deadline, self.clock = run_deadline, "the run's deadline passed (Budget.timeout_s, --timeout)"
+        # The run's is its very `Deadline` (a person's wait moves it once, for the run and the program alike).
+        own = Deadline(limits.timeout_s)
+        run = context.run_deadline()
+        if run is not None and run.at is not None and (own.at is None or run.at < own.at):
+            self.deadline, self.clock = run, "the run's deadline passed (Budget.timeout_s, --timeout)"
         else:
             self.deadline, self.clock = own, f"timeout_s={limits.timeout_s:g}"
+        self._own_deadline = self.deadline is own
         self.checkpoint = min(_CLOCK_CHECK_INTERVAL, limits.max_steps + 1)
 
     def tick(self, node: Node) -> None:
@@ -269,12 +272,13 @@ class Evaluation:
     def check_clock(self, node: Node | None = None) -> None:
         """Raise `LimitExceeded` once the deadline has passed: what a long primitive or tool calls as it
         goes (without a node, the evaluator attaches the call site)."""
-        if time.monotonic() > self.deadline:
+        at = self.deadline.at
+        if at is not None and time.monotonic() > at:
             raise LimitExceeded(f"wall-clock limit exceeded: {self.clock}", node, limit="timeout_s")
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (0 once passed); None without one. A tool bounds its wait by it."""
-        return None if math.isinf(self.deadline) else max(0.0, self.deadline - time.monotonic())
+        return self.deadline.left()
 
     def warn(self, message: str, node: Node | None = None) -> None:
         """Record a graceful stop or another thing the caller should know; also logged."""
@@ -305,7 +309,8 @@ class Evaluation:
             _current_evaluation.reset(token)
 
     def _paused(self, seconds: float) -> None:
-        self.deadline += seconds  # an infinite deadline stays infinite
+        if self._own_deadline:  # the run's moves with the run
+            self.deadline.shift(seconds)
 
 
 def current_evaluation() -> Evaluation | None:

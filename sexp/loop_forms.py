@@ -58,9 +58,7 @@ and its input clause), as in the seed project.
 from __future__ import annotations
 
 import contextvars
-import math
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -68,7 +66,7 @@ from typing import Any
 from loops.budget import MAX_ITERATIONS_CAP, Budget
 from loops.context import current_run
 from loops.contracts import CREATOR_CRITIC, DIRECTOR, EXECUTE_VALIDATE, PhaseContract, verdict_approved
-from loops.errors import AwaitingInput, ConfigurationError, ContractError, LimitReached
+from loops.errors import AwaitingInput, ConfigurationError, ContractError
 from loops.person import Human, human
 from loops.sexp.errors import ArityError, DslTypeError, DslValueError
 from loops.sexp.evaluator import (
@@ -311,28 +309,9 @@ def _budget(max_iterations: int, ev: Evaluation, node: Node) -> Budget:
     """The loop's budget: its own iterations, within what is left of the enclosing run's."""
     outer = current_run()
     if outer is None:
-        left = ev.deadline - time.monotonic()
-        return Budget(max_iterations=max_iterations, timeout_s=None if math.isinf(left) else max(left, 0.001))
-    limits: dict[str, Any] = {"max_iterations": max_iterations}
-    budget = outer.budget
-    if budget.timeout_s is not None:
-        limits["timeout_s"] = max(outer.time_left() or 0.0, 0.001)
-    if budget.max_lm_calls is not None:
-        left = budget.max_lm_calls - outer.lm_calls - outer.replayed
-        if left <= 0:
-            raise LimitReached("lm_calls", f"{node.location}: no LM calls left for the loop")
-        limits["max_lm_calls"] = left
-    if budget.max_tokens is not None:
-        left = budget.max_tokens - outer.usage.tokens
-        if left <= 0:
-            raise LimitReached("tokens", f"{node.location}: no tokens left for the loop")
-        limits["max_tokens"] = left
-    if budget.max_cost_usd is not None:
-        left = budget.max_cost_usd - (outer.usage.cost_usd or 0.0)
-        if left <= 0:
-            raise LimitReached("cost", f"{node.location}: no budget left for the loop")
-        limits["max_cost_usd"] = left
-    return budget.override(**limits)
+        left = ev.deadline.left()
+        return Budget(max_iterations=max_iterations, timeout_s=None if left is None else max(left, 0.001))
+    return outer.budget.within(outer.spent(), outer.time_left(), node.location, max_iterations=max_iterations)
 
 
 def _checkpoint(ev: Evaluation, node: Node) -> dict[str, Any]:
@@ -352,9 +331,7 @@ def _fold(prediction: Any, form: LoopForm, ev: Evaluation, node: Node) -> None:
     outer = current_run()
     if outer is not None:
         outer.trace.extend(prediction.trace)
-        outer.lm_calls += prediction.lm_calls
-        outer.replayed += prediction.replayed
-        outer.cached += prediction.cached
+        outer.counted.incr(requests=prediction.lm_calls, replayed=prediction.replayed, cached=prediction.cached)
         outer.usage.tokens += prediction.tokens
         top = min((step.depth for step in prediction.trace), default=0)
         for step in prediction.trace:  # the tokens of the call the form ran in (the program's step) count the loop's
@@ -364,7 +341,7 @@ def _fold(prediction: Any, form: LoopForm, ev: Evaluation, node: Node) -> None:
         if outer.usage.cost_usd is not None and prediction.cost_usd is not None:
             outer.usage.cost_usd += prediction.cost_usd
         for role, history in prediction.histories.items():
-            outer.turns.setdefault(role, []).extend(history.messages)
+            outer.histories.extend(role, history.messages)
     for warning in prediction.warnings:
         ev.warn(f"{form.name}: {warning}", node)
 

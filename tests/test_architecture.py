@@ -15,6 +15,7 @@ import pytest
 
 import loops
 import loops.errors as errors
+from loops.runtime import LIMIT_REASONS
 from loops.sexp.errors import DslError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -242,13 +243,12 @@ def test_every_error_the_library_raises_is_drawn_in_the_tree():
 MAX_MODULE_LINES = 600
 MAX_RUN_LINES = 300
 LONG_FUNCTION_LINES = 60
-# The runtime: `loops.runtime` and the modules it is built from (the runtime's rewrite adds its new ones here).
-RUNTIME = {"loops.runtime", "loops.module"}
-PATTERNS = {"loops.creator_critic", "loops.director", "loops.execute_validate", "loops.refine"}
+# The runtime: `loops.runtime` and the rooms it is built from.
+RUNTIME = {"loops.runtime", "loops.module", "loops.calls", "loops.replay", "loops.drivers", "loops.failures",
+           "loops.steps", "loops.histories", "loops.roles", "loops.usage", "loops.deadline", "loops.budget",
+           "loops.context"}
+PATTERNS = {"loops.creator_critic", "loops.director", "loops.execute_validate", "loops.refine", "loops.prose"}
 CLI = {name for name in MODULES if name == "loops.cli" or name.startswith("loops.cli.")}
-# What main holds until the runtime's rewrite lands (issue 31): the lead removes these marks when it does.
-RUNTIME_PENDING = pytest.mark.xfail(strict=True, reason="issue 31: the runtime helper's branch")
-OVER_SIZE_TODAY = {"loops.runtime"}
 
 
 def allowed_long_modules() -> dict[str, str]:
@@ -267,8 +267,7 @@ def test_every_module_allowed_to_be_long_is_a_module_and_says_why():
     assert all(len(why.split()) >= 8 for why in allowed.values()), allowed
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=RUNTIME_PENDING) if name in OVER_SIZE_TODAY else name
-                                  for name in sorted(MODULES)])
+@pytest.mark.parametrize("name", sorted(MODULES))
 def test_no_module_is_long_unless_the_architecture_allows_it(name):
     lines = len(SOURCES[name].splitlines())
     if name in allowed_long_modules():
@@ -277,7 +276,6 @@ def test_no_module_is_long_unless_the_architecture_allows_it(name):
                                        "or say in docs/architecture.md's long-modules block why it is one concern")
 
 
-@RUNTIME_PENDING
 def test_the_run_is_short():
     runs = [(name, node) for name in sorted(RUNTIME) for node in ast.walk(ast.parse(SOURCES[name]))
             if isinstance(node, ast.ClassDef) and node.name == "Run"]
@@ -304,3 +302,65 @@ def test_the_function_check_catches_a_long_function_and_knows_its_modules():
     assert long_functions(f"def f():\n{body[:-len(body.splitlines(True)[-1])]}") == []
     assert CLI and {"loops.cli", "loops.cli.options"} <= CLI
     assert all(name in MODULES for name in RUNTIME | PATTERNS)
+
+
+# --- every limit checked in one place -------------------------------------------------------------------------
+
+BUDGET_LIMITS = {"max_iterations", "timeout_s", "max_lm_calls", "max_context_chars", "context_warning_ratio",
+                 "max_tokens", "max_cost_usd"}
+# A limit that is no budget's: the embedded model's context window, counted before a prompt is sent.
+NOT_A_BUDGET = {"loops.lm.embedded"}
+
+
+def _reads_a_limit(node: ast.AST) -> bool:
+    """Whether `node` reads a limit of a budget (`budget.max_tokens`, `run.budget.timeout_s`)."""
+    return any(isinstance(part, ast.Attribute) and part.attr in BUDGET_LIMITS
+               and (isinstance(part.value, ast.Name) and part.value.id == "budget"
+                    or isinstance(part.value, ast.Attribute) and part.value.attr == "budget")
+               for part in ast.walk(node))
+
+
+def limit_checks(name: str, source: str) -> list[str]:
+    """The limit checks written in `source`: a comparison with a budget's limit (whether one is set, `is None`,
+    apart), or a `LimitReached` raised with a stop reason of a limit."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and not all(isinstance(op, ast.Is | ast.IsNot) for op in node.ops) \
+                and any(_reads_a_limit(part) for part in (node.left, *node.comparators)):
+            found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("LimitReached") and node.args \
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in LIMIT_REASONS:
+            found.append(f"{name}:{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_every_limit_is_checked_by_the_budget():
+    found = [check for name, source in SOURCES.items() if name != "loops.budget" and name not in NOT_A_BUDGET
+             for check in limit_checks(name, source)]
+    assert not found, "a limit is checked outside loops.budget (ask Budget instead):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("planted", [
+    "def f(run):\n    return run.iteration >= run.budget.max_iterations\n",
+    "def f(budget, spent):\n    if spent > budget.max_tokens:\n        raise LimitReached('tokens', 'spent')\n",
+    "def f():\n    raise LimitReached('timeout', 'late')\n",
+])
+def test_the_limit_scan_finds_a_check_written_elsewhere(planted):
+    assert limit_checks("loops.planted", planted)
+
+
+VALUE_TYPES = [("loops.budget", "Budget"), ("loops.budget", "RetryPolicy"), ("loops.profile", "ModelProfile"),
+               ("loops.steps", "Step"), ("loops.usage", "Usage"), ("loops.runtime", "LoopResult")]
+
+
+@pytest.mark.parametrize(("module", "name"), VALUE_TYPES)
+def test_every_field_of_a_public_value_type_has_its_own_docstring(module, name):
+    """As pydantic-ai documents `UsageLimits`: a docstring under each field, which editors and doc generators
+    show with the field."""
+    tree = ast.parse(SOURCES[module])
+    body = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name).body
+    fields = [node.target.id for node in body if isinstance(node, ast.AnnAssign)]
+    documented = [node.target.id for node, after in zip(body, body[1:], strict=False)
+                  if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
+                  and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)]
+    assert fields and fields == documented, f"{name}: fields without a docstring: {set(fields) - set(documented)}"

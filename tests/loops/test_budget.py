@@ -4,6 +4,8 @@ import re
 import pytest
 
 from loops import Budget, ConfigurationError, RetryPolicy
+from loops.errors import LimitReached
+from loops.usage import Usage
 
 NAN, INF = float("nan"), float("inf")
 
@@ -137,3 +139,49 @@ def test_retry_backoff_doubles_up_to_its_cap():
 
 def _limits(budget: Budget) -> dict:
     return {name: getattr(budget, name) for name in budget.__dataclass_fields__}
+
+
+# --- Budget.check: every limit, checked on a Usage value, returned rather than acted on ---------------------------
+
+
+@pytest.mark.parametrize(("limits", "usage", "elapsed", "reason", "message"), [
+    ({"timeout_s": 10}, Usage(), 10.0, "timeout", "stopped in critic after 10.0s: timeout_s=10 reached"),
+    ({"max_lm_calls": 3}, Usage(requests=2, replayed=1), 0, "lm_calls", "stopped in critic after 3 LM calls"),
+    ({"max_tokens": 100}, Usage(tokens=100), 0, "tokens", "stopped in critic after 100 tokens: max_tokens=100"),
+    ({"max_cost_usd": 0.5}, Usage(cost_usd=0.5), 0, "cost", "stopped in critic after $0.5000: max_cost_usd=0.5"),
+    ({"max_context_chars": 50}, Usage(context_chars=60), 0, "context_limit", "role histories hold 60 chars"),
+])
+def test_budget_check_returns_the_limit_a_usage_reached(limits, usage, elapsed, reason, message):
+    checked = Budget(**limits).check(usage, elapsed, " in critic")
+    assert isinstance(checked.stop, LimitReached) and checked.stop.reason == reason
+    assert message in str(checked.stop) and checked.warnings == ()
+    assert Budget(**limits).check(Usage(), 0).stop is None
+
+
+def test_budget_check_warns_of_each_unpriced_model_once_and_leaves_the_warning_to_the_run():
+    budget, usage = Budget(max_cost_usd=1.0), Usage(unpriced=frozenset({"m1", "m2"}))
+    first = budget.check(usage, 0)
+    assert first.stop is None and first.unpriced == ("m1", "m2")
+    assert first.warnings == ("no price is known for ['m1', 'm2']: their requests count as free against max_cost_usd",)
+    assert budget.check(usage, 0, warned=first.unpriced).warnings == ()
+    assert Budget().check(usage, 0).warnings == ()  # no cost budget: nothing to warn of
+
+
+def test_a_nested_runs_budget_is_what_is_left_and_nothing_left_is_a_limit():
+    budget = Budget(max_lm_calls=5, max_tokens=100, timeout_s=60)
+    left = budget.within(Usage(requests=2, replayed=1, tokens=40), 12.5, "1:1", max_iterations=2)
+    assert (left.max_iterations, left.max_lm_calls, left.max_tokens, left.timeout_s) == (2, 2, 60, 12.5)
+    with pytest.raises(LimitReached, match=r"^1:1: no LM calls left for the loop$"):
+        budget.within(Usage(requests=5), 12.5, "1:1", max_iterations=2)
+
+
+def test_the_other_limits_are_asked_of_the_budget_too():
+    budget = Budget(max_iterations=2, timeout_s=10, max_context_chars=100, context_warning_ratio=0.5)
+    assert [budget.allows_iteration(n) for n in (1, 2, 3)] == [True, True, False]
+    assert (budget.time_left(4), budget.time_left(11), Budget(timeout_s=None).time_left(5)) == (6, 0, None)
+    assert budget.out_of_time(10) and not budget.out_of_time(9.9)
+    assert budget.context_warning(49) is None
+    assert budget.context_warning(50) == "role histories hold 50 chars, 50% of max_context_chars=100"
+    assert budget.wait_allowed(5.9, 4, "retry") is None
+    late = budget.wait_allowed(6, 4, "stopped: no time left to retry")
+    assert late.reason == "timeout" and str(late) == "stopped: no time left to retry (the wait before it: 6.0s)"
