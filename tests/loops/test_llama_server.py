@@ -11,9 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dspy
 import pytest
+from dspy.streaming import StreamListener, StreamResponse
 
 from benchmarks.parse_rate import SERVED_MODEL, llama_server
+from loops import CreatorCriticIterator
+from loops.lm import resolve
 from tests.loops.trace_files import trace_steps
 
 pytestmark = [
@@ -81,3 +85,16 @@ def test_direct_through_the_server(base_url, tmp_path):
     trace = tmp_path / "trace.jsonl"
     outcome = loops_command(base_url, "direct", "Three names for a coffee shop", adapter="compact", trace=trace)
     assert_ran_with_role_calls(outcome, trace, {"director", "executor", "evaluator"})
+
+
+def test_a_loop_streams_the_served_models_plain_text_draft_as_the_server_sends_it(base_url):
+    """llama-cpp-python's server streams server-sent events, and no usage: the run says so once."""
+    lm = resolve(f"openai/{SERVED_MODEL}", api_base=base_url, max_tokens=40, temperature=0.0)
+    loop = CreatorCriticIterator(max_iterations=1, critic=lambda requirements, draft, iteration: False)
+    streamed = dspy.streamify(loop, stream_listeners=[StreamListener("draft")], async_streaming=False)
+    with dspy.context(lm=lm):
+        received = list(streamed(requirements="A slogan for a bakery, streamed."))
+    pieces = [item.chunk for item in received if isinstance(item, StreamResponse)]
+    result = received[-1]
+    assert len(pieces) > 1 and "".join(pieces) == result.trace[0].outputs["draft"] != ""
+    assert sum("streams no token usage" in warning for warning in result.warnings) == 1
