@@ -249,13 +249,18 @@ class _Invoke:
     observed: tuple[context.CallInfo, tuple[Any, ...]] | None = None  # the call and its run's observers
 
     def _context(self) -> contextlib.AbstractContextManager:
-        """The adapter, and DSPy's callbacks with the run's gate first, unless the call's LM asks the run
-        itself (then the callbacks cost nothing): a phase's LMs are unknown, so a phase is gated."""
-        callbacks = [callback for callback in dspy.settings.callbacks or () if not isinstance(callback, _RequestGate)]
-        if not self.run_aware:
+        """The adapter, and DSPy's callbacks with the run's gate first, unless the call's requests pass the
+        gate without them: its LM asks the run itself, or it is handed the LM gated (`_GatedLM`). A phase's LMs
+        are unknown, so a phase is gated by the callback. An enclosing call's gate is taken out, so that a call
+        a phase makes is gated once."""
+        given = dspy.settings.callbacks or ()
+        callbacks = [callback for callback in given if not isinstance(callback, _RequestGate)]
+        if not (self.run_aware or isinstance(self.kwargs.get("lm"), _GatedLM)):
             callbacks.insert(0, _GATE)
-        adapter = {} if self.adapter is None else {"adapter": self.adapter}
-        return dspy.context(callbacks=callbacks, **adapter)
+        if self.adapter is None:
+            # DSPy's callback machinery runs on every decorated call once any callback is set: leave it off.
+            return contextlib.nullcontext() if len(callbacks) == len(given) else dspy.context(callbacks=callbacks)
+        return dspy.context(callbacks=callbacks, adapter=self.adapter)
 
     def _scopes(self) -> contextlib.AbstractContextManager:
         """What the call's observers hold open while its work runs, in the thread or task that runs it."""
@@ -395,7 +400,11 @@ class _UsageLog(UsageTracker):
 
     def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
         call_id = ACTIVE_CALL_ID.get()
-        self.answered.add(call_id)
+        request = _request.get()
+        if request is None:
+            self.answered.add(call_id)
+        else:  # an LM call gated at the LM (`_GatedLM`)
+            request.answered = True
         super().add_usage(lm, usage_entry)
         if not usage_entry:
             return
@@ -434,6 +443,84 @@ class _RequestGate(BaseCallback):
 
 
 _GATE = _RequestGate()
+
+
+class _Request:
+    """One LM call of a role, gated at its LM (`_GatedLM`): whether an answer's usage reached the run (`_UsageLog`);
+    none did when DSPy's cache answered."""
+
+    __slots__ = ("answered",)
+
+    def __init__(self) -> None:
+        self.answered = False
+
+
+_request: contextvars.ContextVar[_Request | None] = contextvars.ContextVar("loops_gated_request", default=None)
+
+
+class _GatedLM:
+    """A role's LM (one whose engine does not ask the run itself) as the role call hands it to its predictor (DSPy's
+    `lm=`): before each LM call, the predictor's first or a JSON fallback's, it asks the run for the request, and
+    a call DSPy's cache answered counts as cached rather than sent; what `_RequestGate` does, without DSPy's
+    callback machinery, which once any callback is set binds the arguments of every call DSPy decorates (~0.2 ms
+    of CPU a role call). The twin is the LM's own class with this one first, sharing the LM's `__dict__`: it reads
+    and changes the LM itself (its settings, engines, history), and DSPy's callbacks of its own still run."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        run = context.current_run()
+        if not isinstance(run, Run):
+            return super().__call__(*args, **kwargs)
+        request, token = run.gated_request()
+        try:
+            result = super().__call__(*args, **kwargs)
+        finally:
+            _request.reset(token)
+        run.gated_request_answered(request)
+        return result
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        run = context.current_run()
+        if not isinstance(run, Run):
+            return await super().acall(*args, **kwargs)
+        request, token = run.gated_request()
+        try:
+            result = await super().acall(*args, **kwargs)
+        finally:
+            _request.reset(token)
+        run.gated_request_answered(request)
+        return result
+
+
+_gated_classes: dict[type, type | None] = {}
+# The predictors that take the LM of a call as DSPy's `lm=` keyword (`Predict._forward_preprocess`).
+_TAKE_LM = ((dspy.Predict.forward, dspy.Predict.aforward), (dspy.ChainOfThought.forward, dspy.ChainOfThought.aforward))
+
+
+def gated_lm(lm: Any, target: Any, inputs: Mapping[str, Any]) -> _GatedLM | None:
+    """`lm` gated at the object (`_GatedLM`) for a role call of `target` with `inputs`, when `target` takes it as
+    DSPy's `lm=` keyword (a `dspy.Predict`, a `dspy.ChainOfThought`) and no input of its is named `lm`; else None,
+    and its requests are gated by the callback."""
+    if isinstance(lm, _GatedLM):
+        return lm
+    cls, kind = type(lm), type(target)
+    if lm is None or "lm" in inputs or (getattr(kind, "forward", None), getattr(kind, "aforward", None)) not in (
+            _TAKE_LM):
+        return None
+    try:
+        gated = _gated_classes[cls]
+    except KeyError:
+        try:
+            gated = type(cls.__name__, (_GatedLM, cls), {"__module__": cls.__module__,
+                                                         "__qualname__": cls.__qualname__})
+        except TypeError:  # a class that cannot be subclassed
+            gated = None
+        _gated_classes[cls] = gated
+    shared = getattr(lm, "__dict__", None)
+    if gated is None or shared is None:
+        return None
+    twin = object.__new__(gated)
+    twin.__dict__ = shared
+    return twin
 
 
 class _TruncatedAnswers(logging.Filter):
@@ -601,6 +688,9 @@ class Run:
                 kwargs["config"] = dict(config)
             if demos is not None:
                 kwargs["demos"] = list(demos)
+            gated = None if context.run_aware(lm) else gated_lm(lm, target, inputs)
+            if gated is not None:
+                kwargs["lm"] = gated
             if adapter is None and dspy.settings.adapter is None:
                 adapter = profile.adapter_for(lm)  # the adapter the role's model answers in shape with
             if history_field is not None:
@@ -801,6 +891,19 @@ class Run:
             self.cached += 1
             self.lm_calls -= 1 if counted else 0
         self.usage.answered.discard(call_id)
+
+    def gated_request(self) -> tuple[_Request, contextvars.Token]:
+        """An LM call of a role's gated LM (`_GatedLM`) is about to start: its request asked for and counted, and
+        the call made the one its answer reports to (until the token is reset)."""
+        self.before_request()
+        request = _Request()
+        return request, _request.set(request)
+
+    def gated_request_answered(self, request: _Request) -> None:
+        """A gated LM call returned: one that reported no usage was answered from DSPy's cache, no request sent."""
+        if not request.answered:
+            self.cached += 1
+            self.lm_calls -= 1
 
     def program(self, loop: Callable[..., RoleCalls], **inputs: Any) -> RoleCalls:
         """The pattern's loop wrapped so that a limit or a run failure ends it with the work kept.
