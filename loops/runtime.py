@@ -74,6 +74,7 @@ __all__ = [
     "drive",
     "failure_action",
     "is_transient",
+    "outside_the_gate",
     "predictor_of",
     "setup_error",
 ]
@@ -254,7 +255,7 @@ class _Invoke:
         are unknown, so a phase is gated by the callback. An enclosing call's gate is taken out, so that a call
         a phase makes is gated once."""
         given = dspy.settings.callbacks or ()
-        callbacks = [callback for callback in given if not isinstance(callback, _RequestGate)]
+        callbacks = _without_gate(given)
         if not (self.run_aware or isinstance(self.kwargs.get("lm"), _GatedLM)):
             callbacks.insert(0, _GATE)
         if self.adapter is None:
@@ -443,6 +444,19 @@ class _RequestGate(BaseCallback):
 
 
 _GATE = _RequestGate()
+
+
+def _without_gate(callbacks: Sequence[Any]) -> list[Any]:
+    return [callback for callback in callbacks if not isinstance(callback, _RequestGate)]
+
+
+def outside_the_gate() -> contextlib.AbstractContextManager:
+    """DSPy's callbacks less the gate of an enclosing phase call (`_RequestGate`), for a loop run within it: each
+    of its own calls is gated as it needs, and with no callback set DSPy's callback machinery stays off (a loop
+    module's `__call__` is one of the calls DSPy decorates)."""
+    given = dspy.settings.callbacks or ()
+    callbacks = _without_gate(given)
+    return contextlib.nullcontext() if len(callbacks) == len(given) else dspy.context(callbacks=callbacks)
 
 
 class _Request:
