@@ -57,6 +57,7 @@ from dspy.lm15 import Message, Response, TextPart, Usage  # noqa: E402
 from loops import CreatorCriticIterator  # noqa: E402
 from loops.context import before_request  # noqa: E402
 from loops.signatures import CreatorSignature, CriticSignature, IteratorSignature  # noqa: E402
+from tests.loops.fake_openai import chat_completion  # noqa: E402
 
 LATENCY_S = 0.05
 
@@ -128,11 +129,7 @@ class _OpenAIHandler(http.server.BaseHTTPRequestHandler):
         system = next((message["content"] for message in messages if message["role"] == "system"), "")
         if self.latency_s:
             time.sleep(self.latency_s)
-        answer = {"id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": body.get("model"),
-                  "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                      "role": "assistant", "content": _answer_to(system, messages[-1]["content"])}}],
-                  "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
-        data = json.dumps(answer).encode()
+        data = json.dumps(chat_completion(body, _answer_to(system, messages[-1]["content"]))).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
