@@ -20,7 +20,7 @@ signature and the system message built again on every call), which the runtime d
 - concurrent: `--concurrent` simultaneous `acall`s against an LM that answers after 50 ms;
 - fresh, unaware: as fresh, on an engine that does not ask the run before each request itself
   (`loops.context.RUN_AWARE`; DSPy's own engines, a hosted model's): the runtime hands each role's
-  predictor the LM gated at the object (`loops.runtime._GatedLM`) and bounds each call by the deadline on a
+  predictor the LM gated at the object (`_GatedLM` in `loops/runtime.py`) and bounds each call by the deadline on a
   worker thread. The lines above use a run-aware engine, as loops' embedded and server engines are;
 - openai/: fresh, aged and concurrent with the LM a user names a hosted model by, `dspy.LM("openai/...")`,
   on a loopback OpenAI-compatible server run in a child process (its CPU time is not counted): DSPy's own
