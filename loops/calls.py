@@ -18,7 +18,7 @@ from loops import context, person, profile
 from loops.adapters import historyless_once
 from loops.checks import Check, CheckReport, run_checks
 from loops.demos import demos_without_history
-from loops.drivers import Invoke, RoleCalls, Sleep
+from loops.drivers import Invoke, RoleCalls, Sleep, gated_lm
 from loops.errors import AwaitingInput, LimitReached, LoopsError, RoleFailed
 from loops.failures import describe, failure_action, is_unparseable, raised_at, setup_error
 from loops.roles import Role
@@ -45,6 +45,9 @@ def ask_llm(run: Run, role: str, found: Role, inputs: dict[str, Any], config: di
         kwargs["config"] = dict(config)
     if demos is not None:
         kwargs["demos"] = list(demos)
+    gated = None if context.run_aware(found.lm) else gated_lm(found.lm, found.target, inputs)
+    if gated is not None:  # its requests pass the run's gate at the LM, without DSPy's callback machinery
+        kwargs["lm"] = gated
     if adapter is None and dspy.settings.adapter is None:
         adapter = profile.adapter_for(found.lm)
     if found.history is not None:

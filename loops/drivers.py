@@ -16,7 +16,7 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from dspy.utils.usage_tracker import UsageTracker
 from loops import context, profile
 from loops.errors import DeadlinePassed, RequestRefused
 
-__all__ = ["Invoke", "RoleCalls", "Sleep", "UsageLog", "adrive", "drive"]
+__all__ = ["Invoke", "RoleCalls", "Sleep", "UsageLog", "adrive", "drive", "gated_lm", "outside_the_gate"]
 
 
 @dataclass(slots=True)
@@ -43,13 +43,19 @@ class Invoke:
     observed: tuple[context.CallInfo, tuple[Any, ...]] | None = None  # the call and its run's observers
 
     def _context(self) -> contextlib.AbstractContextManager:
-        """The adapter, and DSPy's callbacks with the run's gate first, unless the call's LM asks the run
-        itself (then the callbacks cost nothing): a phase's LMs are unknown, so a phase is gated."""
-        callbacks = [callback for callback in dspy.settings.callbacks or () if not isinstance(callback, _RequestGate)]
-        if not self.run_aware:
+        """The adapter, and DSPy's callbacks with the run's gate first, unless the call's requests pass the
+        gate without them: its LM asks the run itself, or it is handed the LM gated (`_GatedLM`). A phase's LMs
+        are unknown, so a phase is gated by the callback. An enclosing call's gate is taken out, so that a call
+        a phase makes is gated once."""
+        given = dspy.settings.callbacks or ()
+        callbacks = _without_gate(given)
+        if not (self.run_aware or isinstance(self.kwargs.get("lm"), _GatedLM)):
             callbacks.insert(0, _GATE)
-        adapter = {} if self.adapter is None else {"adapter": self.adapter}
-        return dspy.context(callbacks=callbacks, **adapter)
+        if self.adapter is None:
+            # DSPy's callback machinery runs on every decorated call once any callback is set: leave it off.
+            return contextlib.nullcontext() if len(callbacks) == len(given) else dspy.context(callbacks=callbacks)
+        return dspy.context(callbacks=callbacks, adapter=self.adapter)
+
 
     def _scopes(self) -> contextlib.AbstractContextManager:
         """What the call's observers hold open while its work runs, in the thread or task that runs it."""
@@ -190,7 +196,8 @@ class UsageLog(UsageTracker):
 
     def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
         call_id = ACTIVE_CALL_ID.get()
-        self.answered.add(call_id)
+        request = _request.get()  # an LM call gated at its LM (`_GatedLM`) is known by its `_Request`
+        self.answered.add(call_id if request is None else request)
         super().add_usage(lm, usage_entry)
         if not usage_entry:
             return
@@ -229,6 +236,112 @@ class _RequestGate(BaseCallback):
 
 
 _GATE = _RequestGate()
+
+
+def _without_gate(callbacks: Sequence[Any]) -> list[Any]:
+    return [callback for callback in callbacks if not isinstance(callback, _RequestGate)]
+
+
+def outside_the_gate() -> contextlib.AbstractContextManager:
+    """DSPy's callbacks less the gate of an enclosing phase call (`_RequestGate`), for a loop run within it: each
+    of its own calls is gated as it needs, and with no callback set DSPy's callback machinery stays off (a loop
+    module's `__call__` is one of the calls DSPy decorates)."""
+    given = dspy.settings.callbacks or ()
+    callbacks = _without_gate(given)
+    return contextlib.nullcontext() if len(callbacks) == len(given) else dspy.context(callbacks=callbacks)
+
+
+class _Request:
+    """One LM call of a role, gated at its LM (`_GatedLM`): its id at the run's gate, where DSPy's callback would
+    give DSPy's call id."""
+
+    __slots__ = ()
+
+
+_request: contextvars.ContextVar[_Request | None] = contextvars.ContextVar("loops_gated_request", default=None)
+
+
+class _GatedLM:
+    """A role's LM (one whose engine does not ask the run itself) as the role call hands it to its predictor (DSPy's
+    `lm=`): before each LM call, the predictor's first or a JSON fallback's, it asks the run for the request, and
+    a call DSPy's cache answered counts as cached rather than sent; what `_RequestGate` does, without DSPy's
+    callback machinery, which once any callback is set binds the arguments of every call DSPy decorates (~0.2 ms
+    of CPU a role call). The twin is the LM's own class with this one first, sharing the LM's `__dict__`: it reads
+    and changes the LM itself (its settings, engines, history), and DSPy's callbacks of its own still run."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        run = context.current_run()
+        if run is None:
+            return super().__call__(*args, **kwargs)
+        request, token = _gated_request(run, self)
+        try:
+            result = super().__call__(*args, **kwargs)
+        except BaseException as exc:
+            run.lm_call_ended(request, exc)
+            raise
+        finally:
+            _request.reset(token)
+        run.lm_call_ended(request, None)
+        return result
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        run = context.current_run()
+        if run is None:
+            return await super().acall(*args, **kwargs)
+        request, token = _gated_request(run, self)
+        try:
+            result = await super().acall(*args, **kwargs)
+        except BaseException as exc:
+            run.lm_call_ended(request, exc)
+            raise
+        finally:
+            _request.reset(token)
+        run.lm_call_ended(request, None)
+        return result
+
+
+def _gated_request(run: context.RunGate, lm: Any) -> tuple[_Request, contextvars.Token]:
+    """A gated LM call is about to start: its request asked for and counted at the run's gate as DSPy's callback
+    would (`lm_call_started`, the `_Request` standing for DSPy's call id), and made the call its answer's usage
+    reports to (`UsageLog`) until the token is reset; `lm_call_ended` then counts a call no usage reached as
+    answered from DSPy's cache."""
+    request = _Request()
+    run.lm_call_started(request, lm)
+    return request, _request.set(request)
+
+
+_gated_classes: dict[type, type | None] = {}
+# The predictors that take the LM of a call as DSPy's `lm=` keyword (`Predict._forward_preprocess`).
+_TAKE_LM = ((dspy.Predict.forward, dspy.Predict.aforward), (dspy.ChainOfThought.forward, dspy.ChainOfThought.aforward))
+
+
+def gated_lm(lm: Any, target: Any, inputs: Mapping[str, Any]) -> _GatedLM | None:
+    """`lm` gated at the object (`_GatedLM`) for a role call of `target` with `inputs`, when `target` takes it as
+    DSPy's `lm=` keyword (a `dspy.Predict`, a `dspy.ChainOfThought`) and no input of its is named `lm`; else None,
+    and its requests are gated by the callback."""
+    if isinstance(lm, _GatedLM):
+        return lm
+    cls, kind = type(lm), type(target)
+    if lm is None or "lm" in inputs or (getattr(kind, "forward", None), getattr(kind, "aforward", None)) not in (
+            _TAKE_LM):
+        return None
+    try:
+        gated = _gated_classes[cls]
+    except KeyError:
+        try:
+            gated = type(cls.__name__, (_GatedLM, cls), {"__module__": cls.__module__,
+                                                         "__qualname__": cls.__qualname__})
+        except TypeError:  # a class that cannot be subclassed
+            gated = None
+        _gated_classes[cls] = gated
+    shared = getattr(lm, "__dict__", None)
+    if gated is None or shared is None:
+        return None
+    twin = object.__new__(gated)
+    twin.__dict__ = shared
+    return twin
+
+
 
 
 class _TruncatedAnswers(logging.Filter):

@@ -22,6 +22,7 @@ from loops.contracts import MISSING, InputContract, PhaseContract, not_text
 from loops.errors import ConfigurationError, a_or_an
 from loops.lm import resolve
 from loops.person import Human, nobody_to_answer
+from loops.drivers import outside_the_gate
 from loops.roles import predictor_of
 from loops.runtime import UNSET, RoleCalls, Run, adrive, drive
 from loops.saving import encode, lm_reference, unnamed_lm_note
@@ -184,6 +185,14 @@ class LoopModule(dspy.Module):
         """The names a call takes beside its inputs: each limit of its budget, or a whole budget, and where it
         is recorded."""
         return (*(field.name for field in dataclasses.fields(Budget)), "budget", "checkpoint", "run_id")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
+        with outside_the_gate():  # a loop run within a phase (a DSL loop form's) gates its own calls
+            return super().__call__(*args, **kwargs)
+
+    async def acall(self, *args: Any, **kwargs: Any) -> dspy.Prediction:
+        with outside_the_gate():
+            return await super().acall(*args, **kwargs)
 
     def _forward(self, limits: dict[str, Any], **inputs: Any) -> dspy.Prediction:
         with streamed(self):  # under dspy.streamify: its chosen fields and status messages (nothing otherwise)

@@ -107,7 +107,8 @@ class SexpProgram(LoopModule):
 
     def _loop(self, run: Run, bindings: dict[str, Any]) -> RoleCalls:
         run.next_iteration()
-        outcome = yield from run.call_phase("program", self._evaluate, bindings=bindings)
+        # The program's own phase, whose arguments need no contract's reading (`Run.call_phase`'s, per call).
+        outcome = yield from run.invoke("program", self._evaluate, {"bindings": bindings}, args=(bindings,))
         return run.finish(outcome.stop_reason, final=outcome.value, success=outcome.success)
 
     def _evaluate(self, bindings: dict[str, Any]) -> ProgramOutcome:

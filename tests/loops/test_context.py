@@ -242,3 +242,66 @@ def test_the_cost_budget_is_checked_before_a_parse_retry():
 
     assert (result.stop_reason, result.lm_calls, len(lm.engine.requests)) == ("cost", 2, 2)
     assert result.warnings[-1].startswith("stopped in creator before a retry after $")
+
+
+# --- 13. a role's LM is gated at the LM, with DSPy's callback machinery off ----------------------------------
+
+
+@pytest.mark.parametrize("mode", ["forward", "aforward"])
+def test_a_role_with_an_lm_of_its_own_is_counted_limited_and_timed_at_its_lm(server, mode):
+    # The critic's predictor has its own DSPy LM (on tenant "c"); the other roles use the context's (tenant "t").
+    module = CreatorCriticIterator(max_iterations=2, retry=QUICK)
+    module.critic.set_lm(model("dspy", server, tenant="c"))
+    with dspy.context(lm=model("dspy", server)):
+        counted = module(requirements="a haiku") if mode == "forward" else asyncio.run(
+            _acall(module, module.critic.lm, requirements="a haiku"))
+    assert (counted.stop_reason, counted.lm_calls) == ("max_iterations", 4)
+    assert (server.received["t"], server.received["c"]) == (2, 2)
+    assert [step.lm_calls for step in counted.trace] == [1, 1, 1, 1]
+
+    with dspy.context(lm=model("dspy", server, tenant="u")):
+        limited = module(requirements="a haiku", max_lm_calls=1)
+    assert (limited.stop_reason, limited.lm_calls, server.received["u"], server.received["c"]) == ("lm_calls", 1, 1, 2)
+
+    server.faults[("c", 3)] = "hang"  # the critic's next request: no answer for 30 s
+    started = time.monotonic()
+    with dspy.context(lm=model("dspy", server, tenant="v")):
+        timed = module(requirements="a haiku", timeout_s=1.5)
+    assert time.monotonic() - started < 1.5 + 3
+    assert (timed.stop_reason, timed.trace[-1].role, timed.trace[-1].error) == ("timeout", "critic",
+                                                                               "abandoned at the deadline")
+    assert timed.lm_calls == server.received["v"] + server.received["c"] - 2 == 2
+
+
+def test_a_roles_lm_call_runs_with_no_dspy_callback_and_a_users_own_callback_still_sees_it():
+    from dspy.utils.callback import BaseCallback
+
+    from tests.scripted import scripted_lm
+
+    seen: list[tuple] = []
+
+    def answer(engine, request):
+        seen.append(tuple(dspy.settings.callbacks))  # what DSPy's decorated calls of the role call ran with
+        return {"reasoning": "r", "draft": "d", "accuracy_passed": True, "completeness_passed": True,
+                "quality_passed": True, "feedback": "", "approved": True, "improved_draft": "d"}
+
+    class Count(BaseCallback):
+        def __init__(self):
+            self.started = self.ended = 0
+
+        def on_lm_start(self, call_id, instance, inputs):
+            self.started += 1
+
+        def on_lm_end(self, call_id, outputs, exception=None):
+            self.ended += 1
+
+    module = CreatorCriticIterator(max_iterations=2)
+    with dspy.context(lm=scripted_lm(answer)):
+        alone = module(requirements="a haiku")
+    assert (alone.lm_calls, seen) == (2, [(), ()])  # DSPy's callback machinery stayed off
+
+    users = Count()
+    with dspy.context(lm=scripted_lm(answer), callbacks=[users]):
+        watched = module(requirements="a haiku")
+    assert watched.lm_calls == users.started == users.ended == 2
+    assert seen[2:] == [(users,), (users,)]
