@@ -96,8 +96,13 @@ def _fix_loop(lm: Any, workspace: Any) -> Any:
                                                    timeout_s=None))
 
 
+def _threads(llama: Any) -> str:
+    """The threads a model generates and reads prompts on, as "generating/reading" (the table's threads column)."""
+    return f"{llama.n_threads}/{llama.n_threads_batch}"
+
+
 def _part(wall: float, cpu: float, lm: float, lm_cpu: float, requests: int, llama: dict[str, float],
-          threads: int, outcome: str | None = None) -> dict[str, Any]:
+          threads: str, outcome: str | None = None) -> dict[str, Any]:
     """What one loop of one run took: wall and CPU seconds in all and in the LM calls, llama.cpp's counts."""
     return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "lm_s": round(lm, 3), "lm_cpu_s": round(lm_cpu, 3),
             "requests": requests, "llama": llama, "threads": threads, "outcome": outcome}
@@ -148,7 +153,7 @@ def loop_worker(record: Path | None) -> dict[str, Any]:
             with dspy.context(lm=lm):
                 outcome = body()
             parts[loop] = _part(time.perf_counter() - started, time.process_time() - cpu, now["lm_s"],
-                                now["lm_cpu_s"], len(requests[run][loop]), _since(perf, _perf(llama)), llama.n_threads,
+                                now["lm_cpu_s"], len(requests[run][loop]), _since(perf, _perf(llama)), _threads(llama),
                                 outcome)
         report["runs"].append(parts)
     if record is not None:
@@ -175,7 +180,9 @@ def direct_worker(record: Path, ram_cache: bool) -> dict[str, Any]:
     llama = model_class(model_path=str(embedded.model_path()), n_ctx=embedded.CONTEXT_TOKENS, n_threads=generating,
                         n_threads_batch=reading, verbose=False)
     if free_cores is not None:
-        threads = free_cores.update(wait=True)
+        generating, reading = thread_counts(free_cores.update(wait=True))
+        llama_cpp.llama_set_n_threads(llama.ctx, generating, reading)
+        llama.n_threads, llama.n_threads_batch = generating, reading
     llama.set_cache(llama_cpp.LlamaRAMCache(cache_bytes()) if ram_cache else PrefixStates(cache_bytes()))
     report: dict[str, Any] = {"load_s": round(time.perf_counter() - started, 3), "runs": []}
 
@@ -185,11 +192,12 @@ def direct_worker(record: Path, ram_cache: bool) -> dict[str, Any]:
             before, cpu, started = _perf(llama), time.process_time(), time.perf_counter()
             for messages, options in calls:
                 if free_cores is not None:
-                    threads = free_cores.update()
-                    llama_cpp.llama_set_n_threads(llama.ctx, *thread_counts(threads))
+                    generating, reading = thread_counts(free_cores.update())
+                    llama_cpp.llama_set_n_threads(llama.ctx, generating, reading)
+                    llama.n_threads, llama.n_threads_batch = generating, reading
                 llama.create_chat_completion(messages=messages, **options)
             wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-            parts[loop] = _part(wall, cpu, wall, cpu, len(calls), _since(before, _perf(llama)), threads)
+            parts[loop] = _part(wall, cpu, wall, cpu, len(calls), _since(before, _perf(llama)), _threads(llama))
         report["runs"].append(parts)
     llama.close()
     return report
@@ -427,7 +435,7 @@ class Candidate:
         with dspy.context(lm=self.lm):
             value = body()
         part = _part(time.perf_counter() - started, time.process_time() - cpu, self.lm_s, self.lm_cpu_s,
-                     len(self.requests), _since(perf, _perf(self.llama)), self.llama.n_threads)
+                     len(self.requests), _since(perf, _perf(self.llama)), _threads(self.llama))
         return value, part
 
 
@@ -455,7 +463,7 @@ def replay(llama: Any, requests: list[list[Any]]) -> tuple[list[str], dict[str, 
             llama.use_threads(embedded._free_cores.update())
         answers.append(llama.create_chat_completion(messages=messages, **options)["choices"][0]["message"]["content"])
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-    return answers, _part(wall, cpu, wall, cpu, len(requests), _since(perf, _perf(llama)), llama.n_threads)
+    return answers, _part(wall, cpu, wall, cpu, len(requests), _since(perf, _perf(llama)), _threads(llama))
 
 
 def refine_rounds(rounds: int) -> dict[str, list[dict[str, Any]]]:

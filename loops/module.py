@@ -19,10 +19,10 @@ from loops.budget import Budget, RetryPolicy
 from loops.checkpoint import CheckpointStore, Replay, stable_hash
 from loops.checks import Check, checks_of_call
 from loops.contracts import MISSING, InputContract, PhaseContract, not_text
+from loops.drivers import outside_the_gate
 from loops.errors import ConfigurationError, a_or_an
 from loops.lm import resolve
 from loops.person import Human, nobody_to_answer
-from loops.drivers import outside_the_gate
 from loops.roles import predictor_of
 from loops.runtime import UNSET, RoleCalls, Run, adrive, drive
 from loops.saving import encode, lm_reference, unnamed_lm_note
