@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -179,10 +180,10 @@ def direct_worker(record: Path, ram_cache: bool) -> dict[str, Any]:
     generating, reading = thread_counts(threads)
     llama = model_class(model_path=str(embedded.model_path()), n_ctx=embedded.CONTEXT_TOKENS, n_threads=generating,
                         n_threads_batch=reading, verbose=False)
+    # The library's thread rule, on a plain Llama too (`use_threads` reads only what every Llama has).
+    use_threads = functools.partial(PrefixCachingLlama.use_threads, llama)
     if free_cores is not None:
-        generating, reading = thread_counts(free_cores.update(wait=True))
-        llama_cpp.llama_set_n_threads(llama.ctx, generating, reading)
-        llama.n_threads, llama.n_threads_batch = generating, reading
+        use_threads(free_cores.update(wait=True))
     llama.set_cache(llama_cpp.LlamaRAMCache(cache_bytes()) if ram_cache else PrefixStates(cache_bytes()))
     report: dict[str, Any] = {"load_s": round(time.perf_counter() - started, 3), "runs": []}
 
@@ -192,9 +193,7 @@ def direct_worker(record: Path, ram_cache: bool) -> dict[str, Any]:
             before, cpu, started = _perf(llama), time.process_time(), time.perf_counter()
             for messages, options in calls:
                 if free_cores is not None:
-                    generating, reading = thread_counts(free_cores.update())
-                    llama_cpp.llama_set_n_threads(llama.ctx, generating, reading)
-                    llama.n_threads, llama.n_threads_batch = generating, reading
+                    use_threads(free_cores.update())
                 llama.create_chat_completion(messages=messages, **options)
             wall, cpu = time.perf_counter() - started, time.process_time() - cpu
             parts[loop] = _part(wall, cpu, wall, cpu, len(calls), _since(before, _perf(llama)), _threads(llama))
