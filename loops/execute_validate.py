@@ -27,7 +27,14 @@ from loops.budget import Budget
 from loops.code.controller import attempt_score, code_of
 from loops.code.defaults import POLICIES, Policy, code_loop_defaults
 from loops.code.draws import Draw, checked_draws, draws
-from loops.code.python import align_names, extract_code, failure_digest, module_the_tests_import, read_interface
+from loops.code.python import (
+    END_OF_FENCED_CODE,
+    align_names,
+    extract_code,
+    failure_digest,
+    module_the_tests_import,
+    read_interface,
+)
 from loops.code.requests import code_request, next_request
 from loops.contracts import (
     EXECUTE_VALIDATE,
@@ -371,6 +378,8 @@ class ExecuteValidateController(LoopModule):
         executor, _ = predictor_of(self.executor)
         config, demos = draw.executor_call((iteration - 1) * len(chains.plan) + chain + 1, fresh=chains.fresh[chain],
                                            own_demos=executor is not None and bool(executor.demos))
+        if isinstance(self.executor_adapter, PlainTextAdapter):  # the answer is the code field alone
+            config = {**config, "stop": END_OF_FENCED_CODE}
         target = request.target_file or chains.target_file
         context = workspace.read(list(request.files))
         prediction = yield from run.call(

@@ -20,6 +20,7 @@ from loops.code.defaults import (
 )
 from loops.code.draws import GREEDY_DRAWS, PENALIZED_MAX_TOKENS, WORKED_EXAMPLES, Draw, draws, worked_examples
 from loops.code.python import (
+    END_OF_FENCED_CODE,
     Interface,
     align_names,
     defined_functions,
@@ -33,6 +34,7 @@ from loops.code.python import (
 from loops.code.requests import code_request, next_request
 
 __all__ = [
+    "END_OF_FENCED_CODE",
     "EMBEDDED_CODE_LOOP",
     "GREEDY_DRAWS",
     "HOSTED_CODE_LOOP",

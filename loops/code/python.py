@@ -24,6 +24,7 @@ from loops.validators import PYTEST_FILES as TEST_FILE_PATTERNS
 from loops.validators import test_files
 
 __all__ = [
+    "END_OF_FENCED_CODE",
     "Interface",
     "align_names",
     "defined_functions",
@@ -43,6 +44,13 @@ _BUILTINS = frozenset(dir(builtins))
 
 
 # --- turning a model's answer into code -------------------------------------------------------------
+
+# Where a plain-text answer's code ends: the close of its first fence, on a line of its own. `extract_code`
+# keeps only the first fence, so what a small model writes after it (an explanation, example usage, often
+# hundreds of tokens) is generated for nothing; a stop sequence ends the generation there instead. An opening
+# fence carries its language ("```python") or starts the answer, so it does not match; a bare one after prose
+# would end the answer before its code (SmolLM2-135M on MBPP's validation split: none of 351 answers).
+END_OF_FENCED_CODE = ("\n```\n",)
 
 
 def extract_code(text: str) -> str:

@@ -6,7 +6,15 @@ import pytest
 
 import loops
 from loops import ConfigurationError, ExecuteValidateController, RetryPolicy, Workspace
-from loops.code import EMBEDDED_CODE_LOOP, HOSTED_CODE_LOOP, WORKED_EXAMPLES, Draw, code_loop_defaults, draws
+from loops.code import (
+    EMBEDDED_CODE_LOOP,
+    END_OF_FENCED_CODE,
+    HOSTED_CODE_LOOP,
+    WORKED_EXAMPLES,
+    Draw,
+    code_loop_defaults,
+    draws,
+)
 from loops.lm import LlamaEngine, local_lm
 from loops.runtime import STOP_REASONS
 from loops.signatures.results import ValidationResult
@@ -187,6 +195,24 @@ def test_on_the_embedded_model_greedy_answers_come_first_then_seeded_samples(tmp
     assert [config.max_tokens for config in configs] == [None, None, 256, None, 256, None, None, None, None]
     assert [config.seed for config in configs] == [None] * 7 + [8, 9]  # a rerun draws the same samples
     assert shown_examples(lm) == [(), (0, 1, 2), (), (2,), (), (0,), (1,), (), (0, 1, 2)]
+
+
+@pytest.mark.parametrize("adapter, stop", [("plain text", tuple(END_OF_FENCED_CODE)), (None, None)])
+def test_a_plain_text_executor_stops_generating_at_its_codes_closing_fence(tmp_path, adapter, stop):
+    answer = f"```python\n{GOOD}```\n\nThe function keeps the odd numbers." if adapter else {"code": GOOD, "notes": ""}
+    lm = scripted_lm([answer])
+    module = ExecuteValidateController(workspace=Workspace(tmp_path), max_iterations=1, retry=NO_WAIT,
+                                       validator=scored(tmp_path, {GOOD: 3}),
+                                       **({} if adapter else {"executor_adapter": None}))
+
+    with dspy.context(lm=lm):
+        result = module(initial_input="write Split", test_command="pytest")
+
+    # Only the first fence's code is kept, so the prose after it need not be generated; an answer in the
+    # context's adapter has fields after the code, and is not cut.
+    assert result.success and (tmp_path / "solution.py").read_text() == GOOD
+    assert [tuple(config.stop or ()) or None for config in
+            (request.config for request in lm.engine.requests)] == [stop]
 
 
 def test_without_examples_or_penalties_of_their_own_only_the_plain_greedy_candidate_is_greedy():

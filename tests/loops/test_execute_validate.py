@@ -20,7 +20,7 @@ from loops import (
     RoleFailed,
     Workspace,
 )
-from loops.code.python import align_names, extract_code, failure_digest, names_the_tests_miss
+from loops.code.python import END_OF_FENCED_CODE, align_names, extract_code, failure_digest, names_the_tests_miss
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
 from loops.signatures.results import ControllerDecision, TaskResult, ValidationResult
 from tests.processes import killed, unique_marker
@@ -665,6 +665,18 @@ def test_extract_code_takes_the_fenced_code_out_of_prose():
               + "```\n\nIt keeps the odd numbers. Let me know if you need anything else.")
 
     assert extract_code(answer) == GOOD
+
+
+@pytest.mark.parametrize("answer", [
+    "Sure! Here is the function:\n\n```python\n" + GOOD + "```\n\nIt keeps the odd numbers.\n```python\nprint(1)\n```",
+    "```py\n" + GOOD + "\n# Example usage:\nprint(Split([1, 2]))\n```\nThe output is [1].",
+    "```\n" + GOOD + "```\n\nExplanation:\n```\nSplit([1, 2])\n```\n",  # a bare fence opening the answer
+])
+def test_extract_code_keeps_the_same_code_when_the_answer_stops_at_the_closing_fence(answer):
+    # What a stop at END_OF_FENCED_CODE leaves of an answer (the stop text is not returned) holds the same code.
+    cut = answer[:answer.find(END_OF_FENCED_CODE[0])]
+
+    assert extract_code(cut) == extract_code(answer) != "\n"
 
 
 def test_extract_code_cuts_a_truncated_repetition_back_to_what_parses():
