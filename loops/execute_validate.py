@@ -143,7 +143,8 @@ class ExecuteValidateController(LoopModule):
 
     The built-in executor's input is a str (the prompt) or a dict with a `prompt` str and optional
     `files`, `target_file`, `expected_names`, `feedback` (see `CodeRequest`); it answers in plain
-    text (`executor_adapter=PlainTextAdapter()`), from which the code is extracted; pass
+    text (`executor_adapter=PlainTextAdapter()`), from which the code is extracted, and its call stops at
+    the code's closing fence (`loops.code.END_OF_FENCED_CODE`: only the first fence's code is read); pass
     `executor_adapter=None` to use the context's adapter instead.
 
     `final` is the controller's stop value, or the best attempt of the last iteration; `success`
