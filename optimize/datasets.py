@@ -37,8 +37,8 @@ MBPP_TEST_FILE = "test_solution.py"
 
 def _without_plugins() -> list[str]:
     """pytest's `--disable-plugin-autoload` where it has it (8.4 on): an MBPP test file needs no plugin, and an
-    environment's can cost more than the test run (the development one's: 2-4 s of CPU a run, ten times pytest
-    alone, as nbmake imports jsonschema, whose rfc3987-syntax builds a grammar on import)."""
+    environment's can cost more than the test run (the development one's: 1.15 s a run against 0.35 s without,
+    as nbmake imports jsonschema, whose rfc3987-syntax builds a grammar on import)."""
     try:
         major, minor = (int(part) for part in importlib.metadata.version("pytest").split(".")[:2])
     except (importlib.metadata.PackageNotFoundError, ValueError):
