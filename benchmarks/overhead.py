@@ -7,7 +7,7 @@ interleaved round by round in one process, and the median of the per-round ratio
 wall-clock blocks cannot tell 1.05 from 1.10 on a shared 2-core machine.
 
     .venv/bin/python -m benchmarks.overhead [--rounds 15] [--runs 40] [--age 600] [--concurrent 128]
-        [--lines fresh,aged,unaware,openai,tracing,concurrent]
+        [--lines fresh,aged,unaware,openai,floor,tracing,concurrent]
 
 The minimal loop is what a user writes who wants a correct loop and nothing more: the same three predictors,
 each role's history kept as its signature's fields and passed as its `dspy.History`, the critic's verdict
@@ -26,6 +26,11 @@ signature and the system message built again on every call), which the runtime d
   on a loopback OpenAI-compatible server run in a child process (its CPU time is not counted): DSPy's own
   engine, gated as "unaware" is. Both candidates pay DSPy's client (building the request, HTTP, pricing the
   answer) alike, so this ratio is nearer 1 than the zero-latency lines by construction.
+- floor: no runtime at all, on the zero-latency engine and on `openai/`: the minimal loop with its role calls
+  formatted as the runtime formats them (`loops.adapters.historyless_once`), i.e. DSPy's own per-call work as
+  the runtime pays it, and nothing else (no budgets, no gate, no deadline, no trace, no history object). It is
+  the least the module's ratio on that line can be while its role calls are DSPy's predictors: a goal below it
+  asks for less DSPy work per call than DSPy does, not for a leaner runtime.
 - tracing: the same runs with `loops.tracing` on, its spans kept by the SDK's in-memory exporter, interleaved
   with runs with it off: what tracing adds per role call (its `invoke_agent` span and the `chat` span of its
   LM request, the run's `invoke_workflow` span shared among its four calls), in CPU microseconds. Tracing off
@@ -55,6 +60,7 @@ import dspy  # noqa: E402
 from dspy.lm15 import Message, Response, TextPart, Usage  # noqa: E402
 
 from loops import CreatorCriticIterator  # noqa: E402
+from loops.adapters import historyless_once  # noqa: E402
 from loops.context import before_request  # noqa: E402
 from loops.signatures import CreatorSignature, CriticSignature, IteratorSignature  # noqa: E402
 from tests.loops.fake_openai import chat_completion  # noqa: E402
@@ -168,6 +174,7 @@ def openai_server(latency_s: float = 0.0) -> Iterator[str]:
     finally:
         child.stdin.close()
         child.wait(timeout=10)
+        child.stdout.close()
 
 
 def openai_lm(base_url: str) -> dspy.LM:
@@ -219,6 +226,15 @@ class MinimalLoop:
         return draft
 
 
+class NoRuntimeLoop(MinimalLoop):
+    """The minimal loop with its role calls formatted as the runtime formats them (`historyless_once`, the
+    context's adapter): DSPy's per-call work as the runtime pays it, with no runtime around it (the `floor` line)."""
+
+    def __call__(self, requirements: str, max_iterations: int = 3) -> str:
+        with dspy.context(adapter=historyless_once(dspy.settings.adapter or dspy.ChatAdapter())):
+            return super().__call__(requirements, max_iterations)
+
+
 def _module() -> CreatorCriticIterator:
     return CreatorCriticIterator(max_iterations=3)
 
@@ -263,6 +279,19 @@ def fresh(rounds: int, runs: int) -> float:
         return cpu_seconds(lambda: [minimal("a slogan") for _ in range(runs)])
 
     return median_ratio(rounds, module_batch, minimal_batch)
+
+
+def floor(rounds: int, runs: int) -> float:
+    """As `fresh`, the module replaced by `NoRuntimeLoop`: the floor of the module's `fresh` ratio."""
+    def no_runtime_batch() -> float:
+        loop = NoRuntimeLoop()
+        return cpu_seconds(lambda: [loop("a slogan") for _ in range(runs)])
+
+    def minimal_batch() -> float:
+        minimal = MinimalLoop()
+        return cpu_seconds(lambda: [minimal("a slogan") for _ in range(runs)])
+
+    return median_ratio(rounds, no_runtime_batch, minimal_batch)
 
 
 def aged(rounds: int, runs: int, age: int) -> float:
@@ -340,7 +369,7 @@ def tracing_cost(rounds: int, runs: int) -> tuple[float, float] | None:
     return statistics.median(differences), statistics.median(ratios)
 
 
-LINES = ("fresh", "aged", "unaware", "openai", "tracing", "concurrent")
+LINES = ("fresh", "aged", "unaware", "openai", "floor", "tracing", "concurrent")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -376,6 +405,14 @@ def main(argv: list[str] | None = None) -> None:
         with openai_server(LATENCY_S) as base_url, dspy.context(adapter=dspy.ChatAdapter()):
             print(f"openai/, concurrent: {concurrent(max(3, rounds // 3), args.concurrent, openai_lm(base_url)):.3f}x "
                   f"with {args.concurrent} concurrent acalls, the server answering after {LATENCY_S * 1000:.0f} ms")
+    if "floor" in lines:
+        with dspy.context(lm=scripted_lm(run_aware=False), adapter=dspy.ChatAdapter()):
+            assert NoRuntimeLoop()("a slogan") == "revised draft"
+            print(f"floor:      {floor(rounds, runs):.3f}x with no runtime at all (DSPy's per-call work as the runtime "
+                  "pays it), on the zero-latency engine")
+        with openai_server() as base_url, dspy.context(lm=openai_lm(base_url), adapter=dspy.ChatAdapter()):
+            print(f"openai/, floor:      {floor(rounds, runs):.3f}x with no runtime at all, dspy.LM('openai/...') on "
+                  "a loopback server")
     if "tracing" in lines:
         with dspy.context(lm=scripted_lm(), adapter=dspy.ChatAdapter()):
             cost = tracing_cost(rounds, runs)

@@ -23,7 +23,6 @@ and replays, the validators' commands, the batch's examples. An observer of this
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import contextvars
 import queue
@@ -306,10 +305,26 @@ def within_deadline(work: Callable[[], _T], what: str) -> _T:
     if until is None:
         return work()
     outcome = _WORKERS.submit(contextvars.copy_context().run, work)
-    try:
-        return outcome.result(timeout=max(0.0, until - time.monotonic()))
-    except concurrent.futures.TimeoutError:
-        raise given_up(what) from None
+    if not outcome.done.acquire(timeout=max(0.0, until - time.monotonic())):
+        raise given_up(what)
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.value
+
+
+class _Outcome:
+    """What a worker hands back for one call of `within_deadline`: `done`, a lock held until the work has
+    finished, then its `value` or its `error`. A lock the caller waits on, rather than a `Future` (a
+    condition, its lock and its waiters): the hand-over is the price of every LM call a sync run makes on an
+    LM that cannot stop itself (~25 rather than ~33 us of CPU)."""
+
+    __slots__ = ("done", "error", "value")
+
+    def __init__(self) -> None:
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.value: Any = None
+        self.error: BaseException | None = None
 
 
 class _Workers:
@@ -324,8 +339,8 @@ class _Workers:
         self._lock = threading.Lock()
         self._keep = keep
 
-    def submit(self, work: Callable[..., _T], *args: Any) -> concurrent.futures.Future:
-        outcome: concurrent.futures.Future = concurrent.futures.Future()
+    def submit(self, work: Callable[..., Any], *args: Any) -> _Outcome:
+        outcome = _Outcome()
         with self._lock:
             inbox = self._idle.pop() if self._idle else None
         if inbox is None:
@@ -340,14 +355,17 @@ class _Workers:
             work, args, outcome = inbox.get()
             me.name = "loops-deadline (busy)"
             try:
-                outcome.set_result(work(*args))
+                outcome.value = work(*args)
             except BaseException as exc:  # handed to the caller, who re-raises it
-                outcome.set_exception(exc)
+                outcome.error = exc
             me.name = "loops-deadline"
             with self._lock:
-                if len(self._idle) >= self._keep:
-                    return
-                self._idle.append(inbox)
+                idle = len(self._idle) < self._keep
+                if idle:
+                    self._idle.append(inbox)
+            outcome.done.release()  # after this worker is idle again, so the caller's next call can take it
+            if not idle:
+                return
 
 
 _WORKERS = _Workers()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import dspy
 import pytest
+from dspy.utils.callback import BaseCallback
 
 import loops.lm.server
 from loops import CreatorCriticIterator, RetryPolicy
@@ -93,6 +94,26 @@ def test_a_request_hanging_past_the_deadline_is_given_up_at_it_on_every_engine(s
     assert (result.stop_reason, result.final) == ("timeout", "a draft")
     assert result.trace[-1].role == "critic" and result.trace[-1].error == "abandoned at the deadline"
     assert result.lm_calls == server.received["t"] == 2  # the request given up was sent: it counts
+
+
+def test_a_sync_runs_calls_on_dspys_engine_keep_one_worker_thread(server):
+    """A sync run gives each LM call of DSPy's engine (which cannot stop itself) to a deadline worker
+    (`loops.context.within_deadline`); the worker is idle again before its caller goes on, so the run's calls keep
+    one thread rather than wake others (each new thread builds DSPy's per-thread state again), every one counted."""
+    threads: list[int] = []
+
+    class Where(BaseCallback):
+        def on_lm_start(self, call_id, instance, inputs):
+            threads.append(threading.get_ident())
+
+    lm = model("dspy", server)
+    with dspy.context(callbacks=[Where()]):
+        result = run(lm, "forward")
+        again = run(lm, "forward")
+
+    assert {result.stop_reason, again.stop_reason} <= {"approved", "max_iterations"}  # ended by the loop itself
+    assert result.lm_calls + again.lm_calls == server.received["t"] == len(threads) >= 4
+    assert len(set(threads)) == 1 and threading.get_ident() not in threads
 
 
 def test_loops_refine_against_a_hanging_server_ends_at_its_timeout(server):
