@@ -151,12 +151,16 @@ class CreatorCriticIterator(LoopModule):
         self.samples = samples
         self.plain_text = plain_text
         self.examples = examples
-        self._critic = critic if isinstance(critic, str) else None  # the choice; `self.critic` is the role
-        self._builtin = frozenset(role for role, phase, builtin in (
+        for role, phase, builtin in (
             ("creator", creator, lambda: dspy.ChainOfThought(CreatorSignature)),
             ("critic", None if critic == "llm" else critic, lambda: dspy.Predict(CriticSignature)),
             ("iterator", iterator, lambda: dspy.Predict(IteratorSignature)),
-        ) if (role != "critic" or critic != "checks") and self._set_phase(role, phase, builtin))
+        ):
+            if role != "critic" or critic != "checks":  # the checks alone: no critic at all
+                self._set_phase(role, phase, builtin)
+        # Who approves: "checks", "llm", "phase" (a custom critic), or None (by the creator's model). `self.critic`
+        # is the role.
+        self._critic = critic if isinstance(critic, str) else None if self._phases["critic"].builtin else "phase"
 
     def forward(self, requirements: Any = MISSING, context: Any = "", checks: Any = None,
                 **limits: Any) -> dspy.Prediction:
@@ -169,7 +173,7 @@ class CreatorCriticIterator(LoopModule):
         return await self._aforward(limits, **self._checked_inputs(limits, inputs))
 
     def _builtin_phases(self) -> frozenset[str]:
-        return self._builtin
+        return frozenset(role for role, phase in self._phases.items() if phase.builtin)
 
     def _checks_alone(self) -> str | None:
         return "critic='checks' approves a draft" if self._critic == "checks" else None
@@ -182,12 +186,10 @@ class CreatorCriticIterator(LoopModule):
         has_checks = bool(self.checks) if checks is None else checks
         settings = prose_settings(getattr(self, "creator", None), self.plain_text, self.examples, self.samples,
                                   self._critic, has_checks)
-        if "critic" not in self._builtin and self._critic != "checks":
-            settings["critic"] = "phase"
         if self.draws is not None:
             settings["draws"], settings["samples"] = self.draws, len(self.draws)
-        if "creator" not in self._builtin:
-            settings["draws"] = (Draw(),) * settings["samples"]  # a custom creator is called as it is
+        # A custom creator is called as it is: no draw of its own.
+        settings["draws"] = self._phases["creator"].either(settings["draws"], (Draw(),) * settings["samples"])
         return settings
 
     def _loop(self, run: Run, requirements: Any, context: Any, checks: tuple[Check, ...]) -> RoleCalls:
@@ -270,17 +272,17 @@ class CreatorCriticIterator(LoopModule):
 
         def options() -> dict[str, Any]:
             return {**prose_call("creator", self.creator, task.settings, draw, rollout), "predictor": self.creator}
-        return (yield from run.turn("creator", "draft", {"requirements": task.stated, "context": context}, options,
-                                    step="creator" if number == 0 else f"creator.{number + 1}",
-                                    requirements=task.requirements, context=context, iteration=run.iteration))
+        return (yield from self._phases["creator"].ask(
+            run, "draft", {"requirements": task.stated, "context": context}, options,
+            step="creator" if number == 0 else f"creator.{number + 1}", requirements=task.requirements,
+            context=context, iteration=run.iteration))
 
     def _revise(self, run: Run, task: _Task, draft: Any, verdict: Verdict) -> RoleCalls:
         """The iterator's revision, and the prediction it came from (None for a custom iterator)."""
-        return (yield from run.turn("iterator", "improved_draft",
-                                    {"requirements": task.stated, "draft": str(draft), "feedback": verdict.feedback},
-                                    lambda: prose_call("iterator", self.iterator, task.settings),
-                                    requirements=task.requirements, draft=draft, feedback=verdict.feedback,
-                                    iteration=run.iteration))
+        return (yield from self._phases["iterator"].ask(
+            run, "improved_draft", {"requirements": task.stated, "draft": str(draft), "feedback": verdict.feedback},
+            lambda: prose_call("iterator", self.iterator, task.settings), requirements=task.requirements, draft=draft,
+            feedback=verdict.feedback, iteration=run.iteration))
 
     # Reviewing: the one verdict rule ---------------------------------------------------------------
 

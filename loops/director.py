@@ -119,13 +119,18 @@ class DirectorExecutorEvaluatorController(LoopModule):
         self.checks = as_checks(checks)
         self.plain_text = plain_text
         self.examples = examples
-        self._evaluator = evaluator if isinstance(evaluator, str) else None  # the choice; `self.evaluator`: the role
-        self._builtin = frozenset(role for role, phase, builtin in (
+        for role, phase, builtin in (
             ("director", director, lambda: dspy.Predict(DirectorSignature)),
             ("executor", executor, lambda: dspy.Predict(PlanExecutorSignature)),
             ("evaluator", None if evaluator == "llm" else evaluator, lambda: dspy.Predict(EvaluatorSignature)),
             ("controller", controller, lambda: dspy.Predict(LoopControllerSignature)),
-        ) if (role != "evaluator" or evaluator != "checks") and self._set_phase(role, phase, builtin))
+        ):
+            if role != "evaluator" or evaluator != "checks":  # the checks alone: no evaluator at all
+                self._set_phase(role, phase, builtin)
+        # Who passes a result: "checks", "llm", "phase" (a custom evaluator), or None (by the executor's model).
+        # `self.evaluator` is the role.
+        self._evaluator = evaluator if isinstance(evaluator, str) else (
+            None if self._phases["evaluator"].builtin else "phase")
 
     def forward(self, initial_input: Any = MISSING, checks: Any = None, **limits: Any) -> dspy.Prediction:
         return self._forward(limits, **self._checked_inputs(limits, {"initial_input": initial_input, "checks": checks}))
@@ -135,7 +140,7 @@ class DirectorExecutorEvaluatorController(LoopModule):
         return await self._aforward(limits, **self._checked_inputs(limits, inputs))
 
     def _builtin_phases(self) -> frozenset[str]:
-        return self._builtin
+        return frozenset(role for role, phase in self._phases.items() if phase.builtin)
 
     def _checks_alone(self) -> str | None:
         return "evaluator='checks' passes a result" if self._evaluator == "checks" else None
@@ -148,9 +153,8 @@ class DirectorExecutorEvaluatorController(LoopModule):
         has_checks = bool(self.checks) if checks is None else checks
         settings = prose_settings(getattr(self, "executor", None), self.plain_text, self.examples, None,
                                   self._evaluator, has_checks)
-        evaluator = "phase" if "evaluator" not in self._builtin and self._evaluator != "checks" else settings["critic"]
         return {"plain_text": settings["plain_text"], "examples": settings["examples"],
-                "max_tokens": settings["max_tokens"], "evaluator": evaluator}
+                "max_tokens": settings["max_tokens"], "evaluator": settings["critic"]}
 
     def _loop(self, run: Run, initial_input: Any, checks: tuple[Check, ...]) -> RoleCalls:
         goal = _text(initial_input)
@@ -160,10 +164,11 @@ class DirectorExecutorEvaluatorController(LoopModule):
         writing = functools.partial(prose_call, "executor", self.executor, settings)  # the built-in's options
         while run.next_iteration():
             iteration = run.iteration
-            plan, _ = yield from run.turn("director", "plan", {"goal": stated, "current_input": _text(current)},
-                                          current_input=current, iteration=iteration)
-            result, _ = yield from run.turn("executor", "result", {"plan": stated_rules(checks, _text(plan))}, writing,
-                                            plan=plan, iteration=iteration)
+            plan, _ = yield from self._phases["director"].ask(
+                run, "plan", {"goal": stated, "current_input": _text(current)}, current_input=current,
+                iteration=iteration)
+            result, _ = yield from self._phases["executor"].ask(
+                run, "result", {"plan": stated_rules(checks, _text(plan))}, writing, plan=plan, iteration=iteration)
             attempt = {"iteration": iteration, "plan": plan, "result": result, "feedback": None}
             # Offered before it is judged: an evaluator that fails must not lose the result.
             run.offer_candidate(UNJUDGED, best_attempt=attempt)
@@ -215,10 +220,16 @@ class DirectorExecutorEvaluatorController(LoopModule):
 
     def _decide(self, run: Run, goal: str, feedback: Any, plan: Any, result: Any, iteration: int,
                 success: bool) -> RoleCalls:
-        if "controller" not in self._builtin:
-            raw = yield from run.call_phase("controller", feedback=feedback, plan=plan, execution_result=result,
-                                            iteration=iteration)
-            return decision(raw)
+        """The controller's decision: the built-in one's (`_controlled`), or what the user's returns."""
+        raw = yield from self._phases["controller"].call(
+            run, lambda: self._controlled(run, goal, feedback, plan, result, iteration, success),
+            feedback=feedback, plan=plan, execution_result=result, iteration=iteration)
+        return decision(raw)
+
+    def _controlled(self, run: Run, goal: str, feedback: Any, plan: Any, result: Any, iteration: int,
+                    success: bool) -> RoleCalls:
+        """The built-in controller's decision: a PASS stops without asking it; after a FAIL it decides, and if it
+        fails the loop continues with the evaluator's feedback."""
         if success:
             return ControllerDecision.stop(result)
         details = feedback.get("feedback", feedback) if isinstance(feedback, dict) else feedback

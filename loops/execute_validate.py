@@ -15,6 +15,7 @@ defaults per model) live in `loops.code`; this module is the pattern.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ from loops.contracts import (
     outcome_passed,
 )
 from loops.errors import ConfigurationError, RoleFailed
-from loops.module import LoopModule
+from loops.module import LoopModule, Phase
 from loops.roles import lm_of, predictor_of
 from loops.runtime import RoleCalls, Run
 from loops.signatures.execute_validate import ExecutorSignature, IterationAnalystSignature
@@ -200,15 +201,16 @@ class ExecuteValidateController(LoopModule):
         self.validator_timeout_s = validator_timeout_s
         self.executor_adapter = executor_adapter
         self._shell = ShellValidator(timeout_s=validator_timeout_s)  # checks commands; runs in each run's workspace
-        self._builtin_executor = self._set_phase("executor", executor, lambda: dspy.Predict(ExecutorSignature))
-        if self.draws is not None and not self._builtin_executor:
+        self._set_phase("executor", executor, lambda: dspy.Predict(ExecutorSignature))
+        if self.draws is not None and not self.builtin_executor:
             raise ConfigurationError("draws are the built-in executor's candidates; a custom executor was given, "
                                      "which draws one candidate: drop one of them")
-        self._builtin_controller = controller is None
         if controller is not None:
             self._set_phase("controller", controller, lambda: dspy.Predict(IterationAnalystSignature))
-        elif analyst is not False:
-            self._set_phase("analyst", None, lambda: dspy.Predict(IterationAnalystSignature))
+        else:  # the tests decide (`_tested`), with the analyst's advice unless analyst=False
+            self._phases["controller"] = Phase("controller", builtin=True)
+            if analyst is not False:
+                self._set_phase("analyst", None, lambda: dspy.Predict(IterationAnalystSignature))
         if validator is not None:
             self.contracts["validator"].check(validator)
         self.validator = validator
@@ -244,13 +246,13 @@ class ExecuteValidateController(LoopModule):
     @property
     def builtin_executor(self) -> bool:
         """Whether the executor is the built-in LLM role, which draws the candidates (a custom one draws one)."""
-        return self._builtin_executor
+        return self._phases["executor"].builtin
 
     def with_draws(self, draws: Sequence[Draw]) -> ExecuteValidateController:
         """A copy of this loop (its roles' demos, instructions and LMs included) that draws `draws`, in
         order, instead of what `samples`, `examples` and `penalty_variants` gave; saved with it."""
         chosen = checked_draws(draws)
-        if not self._builtin_executor:
+        if not self.builtin_executor:
             raise ConfigurationError("draws are the built-in executor's candidates; this loop has a custom executor, "
                                      "which draws one candidate")
         program = self.deepcopy()
@@ -269,14 +271,14 @@ class ExecuteValidateController(LoopModule):
         return lm_of(getattr(self, role, None))
 
     def _builtin_phases(self) -> frozenset[str]:
-        return frozenset(role for role, builtin in (("executor", self._builtin_executor),
+        return frozenset(role for role, builtin in (("executor", self.builtin_executor),
                                                     ("validator", self.validator is None)) if builtin)
 
     def _check_inputs(self, initial_input: Any, test_command: Any) -> None:
         """Inputs that fit the contract, before any LM call: an executable that does not exist, a target file
         outside the workspace, a task dict the built-in executor cannot read. (A validator of the caller's own
         needs no test command: the contract gives it "".)"""
-        if self._builtin_executor:
+        if self.builtin_executor:
             target = code_request(initial_input).target_file or self.target_file or DEFAULT_TARGET_FILE
             try:
                 workspace_path(self._workspace_root(), target)
@@ -303,12 +305,13 @@ class ExecuteValidateController(LoopModule):
 
     def _loop(self, run: Run, initial_input: Any, test_command: str) -> RoleCalls:
         settings = self.settings()
-        chains = _Chains(settings["draws"] if self._builtin_executor else (Draw(),), settings["policy"])
+        executor = self._phases["executor"]
+        # A custom executor draws one candidate: it is called as it is.
+        chains = _Chains(executor.either(settings["draws"], (Draw(),)), settings["policy"])
         with self._run_workspace() as workspace:
-            validator = self.validator or self._builtin_validator(run, workspace)
-            current = self._first_input(workspace, initial_input, test_command)
-            if self._builtin_executor:
-                chains.target_file = current.target_file
+            validator = self.validator or self._shell_validator(run, workspace)
+            first_input = executor.either(self._first_request, _as_given)
+            current = first_input(workspace, chains, initial_input, test_command)
             while run.next_iteration():
                 best = yield from self._draw_candidates(run, workspace, chains, current, validator, test_command)
                 self._settle_on(run, workspace, chains, best)
@@ -322,11 +325,9 @@ class ExecuteValidateController(LoopModule):
                 current = verdict.value
             return run.finish("max_iterations")
 
-    def _first_input(self, workspace: Workspace, initial_input: Any, test_command: str) -> Any:
-        """The first iteration's input: for the built-in executor, the request with the example's own files
-        written into the workspace and the interface the workspace's tests expect of the target file."""
-        if not self._builtin_executor:
-            return initial_input
+    def _first_request(self, workspace: Workspace, chains: _Chains, initial_input: Any, test_command: str) -> Any:
+        """The built-in executor's first input: the request with the example's own files written into the
+        workspace, its target file (the chains' too), and the interface the workspace's tests expect of it."""
         request = code_request(initial_input)
         workspace.write(request.workspace_files)
         target = request.target_file or self.target_file or self.target_for(workspace.path, test_command)
@@ -336,6 +337,7 @@ class ExecuteValidateController(LoopModule):
             raise ConfigurationError(f"the test command {test_command!r} would run no tests: {unfound}; fix the "
                                      "test command's files or the workspace (a test command must find tests)")
         request = request.model_copy(update={"target_file": target})
+        chains.target_file = target
         interface = read_interface(workspace.path, test_command, target)
         if not interface:
             return request
@@ -356,7 +358,9 @@ class ExecuteValidateController(LoopModule):
         chains.start_iteration(run.iteration)
         best: _Candidate | None = None
         for chain, draw in enumerate(chains.plan):
-            result, prediction = yield from self._execute(run, workspace, current, chain, chains, draw)
+            result, prediction = yield from self._phases["executor"].turn(
+                run, functools.partial(self._execute, run, workspace, current, chain, chains, draw),
+                current_input=current, iteration=run.iteration)
             validation = yield from self._validate(run, workspace, chains, chain, result, validator, test_command)
             chains.drawn = chain + 1
             candidate = _Candidate(attempt_score(validation), result, validation, prediction)
@@ -368,10 +372,8 @@ class ExecuteValidateController(LoopModule):
 
     def _execute(self, run: Run, workspace: Workspace, current: Any, chain: int, chains: _Chains,
                  draw: Draw) -> RoleCalls:
-        """One candidate: the executor's result, and the prediction it came from (None for a custom phase)."""
+        """The built-in executor's candidate: its result, and the prediction it came from."""
         iteration = run.iteration
-        if not self._builtin_executor:
-            return (yield from run.call_phase("executor", current_input=current, iteration=iteration)), None
         request = code_request(current)
         role = "executor" if chain == 0 else f"executor.{chain + 1}"
         if chains.fresh[chain]:
@@ -401,7 +403,7 @@ class ExecuteValidateController(LoopModule):
     def _validate(self, run: Run, workspace: Workspace, chains: _Chains, chain: int, result: Any, validator: Any,
                   test_command: str) -> RoleCalls:
         """The candidate's validation: its files written and tested, or the earlier test run of the same code."""
-        code = code_of(result) if self._builtin_executor else None
+        code = self._phases["executor"].either(code_of(result), None)  # a custom executor's results are not compared
         chains.repeated[chain] = code is not None and code in chains.tried
         if chains.repeated[chain]:
             run.note("this code was tried before: not validated again")
@@ -427,7 +429,7 @@ class ExecuteValidateController(LoopModule):
             workspace.write(files_of(best.result, required=self.validator is None))
         run.set_latest(final=best.result, success=outcome_passed(best.validation))
 
-    def _builtin_validator(self, run: Run, workspace: Workspace) -> Callable[[str, int], ValidationResult]:
+    def _shell_validator(self, run: Run, workspace: Workspace) -> Callable[[str, int], ValidationResult]:
         shell = ShellValidator(workspace=workspace, timeout_s=self.validator_timeout_s)
 
         def validator(test_command: str, iteration: int) -> ValidationResult:
@@ -445,13 +447,18 @@ class ExecuteValidateController(LoopModule):
         return validator
 
     def _decide(self, run: Run, best: _Candidate, current: Any, test_command: str, analyst: bool) -> RoleCalls:
-        """The controller's decision on the iteration's best candidate."""
-        result, validation, iteration = best.result, best.validation, run.iteration
-        if not self._builtin_controller:
-            raw = yield from run.call_phase("controller", executor_result=result, validation_result=validation,
-                                            current_input=current, iteration=iteration)
-            return decision(raw)
-        validation = as_validation(validation)
+        """The controller's decision on the iteration's best candidate: the tests' (`_tested`), or what the user's
+        controller returns."""
+        raw = yield from self._phases["controller"].call(
+            run, lambda: self._tested(run, best, current, test_command, analyst), executor_result=best.result,
+            validation_result=best.validation, current_input=current, iteration=run.iteration)
+        return decision(raw)
+
+    def _tested(self, run: Run, best: _Candidate, current: Any, test_command: str, analyst: bool) -> RoleCalls:
+        """The built-in controller's decision: stop when the tests pass, else go on with the failure digest and,
+        when `analyst` is on, the analyst's instruction."""
+        result = best.result
+        validation = as_validation(best.validation)
         if validation.ok:  # the tests' verdict outranks any opinion
             return ControllerDecision.stop(result)
         code = result.content if isinstance(result, TaskResult) else result
@@ -488,3 +495,8 @@ class ExecuteValidateController(LoopModule):
         analysis = StructuredAnalysisResult(success=False, analysis=answer.analysis or "",
                                             next_input=(answer.next_input or "").strip() or digest)
         return analysis.next_input
+
+
+def _as_given(workspace: Workspace, chains: _Chains, initial_input: Any, test_command: str) -> Any:
+    """A custom executor's first input: the call's, as it was given."""
+    return initial_input

@@ -1,5 +1,5 @@
-"""The base of every loop module: phases checked against their contracts, budgets and retries set once
-and overridable per call, one result shape."""
+"""The base of every loop module: phases checked against their contracts and chosen once (`Phase`), budgets and
+retries set once and overridable per call, one result shape."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import dspy
 
@@ -28,7 +29,51 @@ from loops.runtime import UNSET, RoleCalls, Run, adrive, drive
 from loops.saving import encode, lm_reference, unnamed_lm_note
 from loops.streaming import streamed
 
-__all__ = ["LoopModule"]
+__all__ = ["LoopModule", "Phase"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One of a pattern's phases as it was chosen when the pattern was built (`LoopModule._set_phase`): its
+    built-in LLM role (`builtin`; so too a person answering that role's fields), or the user's phase (a
+    `dspy.Module`, a callable, a person answering the phase's contract). A pattern's steps call it the same way
+    whichever it is, so each `_loop` reads like its spec: this is the one place that asks which it is. Data
+    alone (the role's name and its kind): the module holds what answers it, and a run is never stored here."""
+
+    role: str
+    builtin: bool
+
+    def call(self, run: Run, builtin: Callable[[], RoleCalls], /, **arguments: Any) -> RoleCalls:
+        """The phase's value: what `builtin()` gives (the built-in role's own steps, e.g. an LLM call and what
+        the pattern makes of its answer), else the user's phase called with its contract's `arguments`
+        (`Run.call_phase`)."""
+        if self.builtin:
+            return (yield from builtin())
+        return (yield from run.call_phase(self.role, **arguments))
+
+    def turn(self, run: Run, builtin: Callable[[], RoleCalls], /, **arguments: Any) -> RoleCalls:
+        """`call` for a phase whose value comes with the prediction it came from: `builtin()` gives both; the
+        user's phase gives its value, and None for the prediction."""
+        if self.builtin:
+            return (yield from builtin())
+        return (yield from run.call_phase(self.role, **arguments)), None
+
+    def ask(self, run: Run, read: str, llm: Mapping[str, Any], options: Callable[[], Mapping[str, Any]] | None = None,
+            *, step: str | None = None, **arguments: Any) -> RoleCalls:
+        """`turn`, the built-in role answering in one LLM call (`Run.call`, as `step` if given) with the `llm`
+        inputs and the options `options()` gives, its prediction read at `read`; else the user's phase, called
+        with its contract's `arguments`. Returns the value and the prediction (None for a user's phase)."""
+        def asked() -> RoleCalls:
+            prediction = yield from run.call(step or self.role, **(options() if options else {}), **llm)
+            return prediction[read], prediction
+        return (yield from self.turn(run, asked, **arguments))
+
+    def either(self, builtin: T, phase: T) -> T:
+        """What the pattern takes with this phase: `builtin` with the built-in role, `phase` with the user's
+        (e.g. the candidates a writer draws: a user's phase is called as it is, with no draw of its own)."""
+        return builtin if self.builtin else phase
 
 
 class LoopModule(dspy.Module):
@@ -37,7 +82,10 @@ class LoopModule(dspy.Module):
     Subclasses set `contracts` (their pluggable phases, `loops.contracts`), `input_contract` (what a call
     takes) and `aliases` (extra names for result fields, e.g. `final_draft` for `final`), define
     `_loop(self, run, **inputs)` (a generator; see `loops.runtime`) and call `self._forward(...)` /
-    `self._aforward(...)` with the call's inputs checked by `self._checked_inputs(limits, inputs)`.
+    `self._aforward(...)` with the call's inputs checked by `self._checked_inputs(limits, inputs)`. Each
+    pluggable phase is chosen in `__init__` by `self._set_phase(role, phase, builtin)`, which keeps it in
+    `self._phases` as a `Phase`; the loop's steps call that (`call`, `turn`, `ask`), never asking whether the
+    phase is the built-in one.
 
     Every prediction has `final`, `success`, `best_attempt`, `iterations` (1-based: the number of
     iterations run), `stop_reason`, `warnings`, `trace`, `histories`, `lm_calls` (the LM requests this
@@ -108,12 +156,18 @@ class LoopModule(dspy.Module):
         self.history_summary = history_summary
         self.checkpoint = checkpoint
         self._llm_roles: list[str] = []
+        self._phases: dict[str, Phase] = {}  # each phase as chosen (`_set_phase`), by its role
 
-    def _set_phase(self, role: str, phase: Any, builtin: Callable[[], dspy.Module]) -> bool:
+    def _set_phase(self, role: str, phase: Any, builtin: Callable[[], dspy.Module]) -> Phase:
         """Set the role's phase: `phase` checked against its contract, or the built-in LLM role (built
-        only when it will run). Returns whether the built-in one is used: so it is for a person
-        (`loops.human()`), who answers with the built-in role's fields in its place, unless the role's
-        contract says what a person answers (a phase with no LLM role behind it)."""
+        only when it will run). Returns the phase as chosen (`Phase`), kept in `_phases`: the built-in one
+        is used for a person (`loops.human()`) too, who answers with the built-in role's fields in its place,
+        unless the role's contract says what a person answers (a phase with no LLM role behind it)."""
+        self._phases[role] = chosen = Phase(role, self._chosen_phase(role, phase, builtin))
+        return chosen
+
+    def _chosen_phase(self, role: str, phase: Any, builtin: Callable[[], dspy.Module]) -> bool:
+        """Set the role's attribute (`_set_phase`); whether it is the built-in one."""
         if phase is None:
             setattr(self, role, builtin())
             self._llm_roles.append(role)
@@ -335,7 +389,6 @@ class LoopModule(dspy.Module):
             strict=self.strict,
             aliases=self.aliases,
             contracts=self.contracts,
-            builtin=self._builtin_phases(),
             windows=self.history_window,
             history_summary=self.history_summary,
             replay=replay,

@@ -90,8 +90,8 @@ class Refine(LoopModule):
             raise ConfigurationError(f"feedback must be None (the verdict's feedback is the hint) or 'llm' (the "
                                      f"feedback role advises each predictor), got {feedback!r}")
         # The built-in critic's signature is asked of the LLM, or of a person in its place (`loops.human()`).
-        self._builtin_critic = critic is not None and self._set_phase(
-            "critic", None if critic == "llm" else critic, lambda: dspy.Predict(CriticSignature))
+        if critic is not None:
+            self._set_phase("critic", None if critic == "llm" else critic, lambda: dspy.Predict(CriticSignature))
         if feedback == "llm":
             self._set_phase("feedback", None, lambda: dspy.Predict(FeedbackSignature))
         self._check_judges(critic)
@@ -218,10 +218,9 @@ class Refine(LoopModule):
         report = run.check(checks, value, floor=floor) if checks or floor else None
         critic = None
         if hasattr(self, "critic") and (report is None or report.passed):
-            if self._builtin_critic:
-                critic = yield from run.call("critic", requirements=asked, draft=str(value))
-            else:
-                critic = yield from run.call_phase("critic", requirements=asked, draft=value, iteration=run.iteration)
+            critic = yield from self._phases["critic"].call(
+                run, lambda: run.call("critic", requirements=asked, draft=str(value)), requirements=asked, draft=value,
+                iteration=run.iteration)
         reward = None
         if self.reward_fn is not None:
             reward = yield from run.invoke("reward", _reward, {"value": value},

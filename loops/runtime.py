@@ -166,7 +166,6 @@ class Run:
     strict: bool = False
     aliases: Mapping[str, str] = field(default_factory=dict)
     contracts: Mapping[str, PhaseContract] = field(default_factory=dict)
-    builtin: frozenset[str] = frozenset()  # the phases the module's own LLM roles take (`turn`)
     windows: int | Mapping[str, int | None] | None | object = UNSET
     history_summary: bool = False
     replay: checkpoint.Replay | None = None
@@ -222,16 +221,6 @@ class Run:
             self.histories.set_window(role, _window(self.windows, role, found.lm))
         return (yield from replay.recorded(self, role, inputs, lambda _: calls.ask_llm(
             self, role, found, inputs, config, adapter, demos), remember=found.history is not None))
-
-    def turn(self, role: str, read: str, llm: Mapping[str, Any], options: Callable[[], Mapping[str, Any]] | None = None,
-             *, step: str | None = None, **arguments: Any) -> RoleCalls:
-        """`role`'s turn, whoever takes it: its built-in LLM role (`builtin`), called (as `step`, if given) with the
-        `llm` inputs and the options `options()` gives, its prediction read at `read`; else the user's phase,
-        called with its contract's `arguments`. Returns the value and the prediction (None for a phase)."""
-        if role not in self.builtin:
-            return (yield from self.call_phase(role, **arguments)), None
-        prediction = yield from self.call(step or role, **(options() if options else {}), **llm)
-        return prediction[read], prediction
 
     def call_now(self, role: str, predictor: Any, **inputs: Any) -> Any:
         """`call`, performed at once: for a phase (running inside this run) that makes its own role calls,

@@ -1,7 +1,8 @@
 """The house as data, checked: the layering drawn in docs/architecture.md holds for every import of every
 module (imports inside functions included), there is no import cycle, every public module says what it
 exports, and the size goals hold: no module over 600 lines but those docs/architecture.md allows and says why,
-a `Run` of at most 300 lines, and no function over 60 lines in the runtime, the patterns or the CLI."""
+a `Run` of at most 300 lines, and no function over 60 lines in the runtime, the patterns or the CLI; and no step
+of a pattern asks whether a phase is the built-in one (it calls the phase, `loops.module.Phase`)."""
 
 from __future__ import annotations
 
@@ -364,3 +365,47 @@ def test_every_field_of_a_public_value_type_has_its_own_docstring(module, name):
                   if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
                   and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)]
     assert fields and fields == documented, f"{name}: fields without a docstring: {set(fields) - set(documented)}"
+
+
+# --- the patterns' steps call their phases, never asking whether one is built in ------------------------------
+
+
+def builtin_branches(name: str, source: str) -> list[str]:
+    """Where a pattern asks whether a phase is the built-in one outside building it: any `self._builtin...` read
+    outside `__init__` (`_builtin_phases`, what a call takes, apart), and in a step (a function a run goes
+    through: one that takes the run, and the `settings` its loop reads) any name of it at all (`builtin_executor`,
+    `phase.builtin`). A step calls its phase (`loops.module.Phase`: `call`, `turn`, `ask`, `either`), which knows."""
+    found = set()
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) or function.name == "__init__":
+            continue
+        parameters = {argument.arg for argument in [*function.args.args, *function.args.kwonlyargs]}
+        step = function.name == "settings" or "run" in parameters
+        for node in ast.walk(function):
+            named = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+            if "builtin" in named.lower() and (step or named.startswith("_builtin") and named != "_builtin_phases"):
+                found.add(f"{name}:{node.lineno} in {function.name}: {ast.unparse(node)}")
+    return sorted(found)
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_no_step_of_a_pattern_asks_whether_a_phase_is_built_in(name):
+    found = builtin_branches(name, SOURCES[name])
+    assert not found, "a pattern's step asks whether a phase is built in (call the phase instead):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("planted", [
+    'class P:\n    def _decide(self, run, success):\n        if "controller" not in self._builtin:\n            pass\n',
+    'class P:\n    def settings(self):\n        return "phase" if "critic" not in self._builtin else "llm"\n',
+    "def _execute(run, module):\n    return module.builtin_executor and run.iteration\n",
+    'class P:\n    def _loop(self, run):\n        return self._phases["executor"].builtin\n',
+    "class P:\n    def _first_input(self, given):\n        return given if self._builtin_executor else None\n",
+])
+def test_the_builtin_scan_finds_a_step_that_asks(planted):
+    assert builtin_branches("loops.planted", planted)
+
+
+def test_the_builtin_scan_lets_a_pattern_choose_its_phases_when_it_is_built():
+    planted = ("class P:\n    def __init__(self, executor):\n        self._builtin = executor is None\n"
+               "    def _check_inputs(self, given):\n        return self.builtin_executor or self._builtin_phases()\n")
+    assert builtin_branches("loops.planted", planted) == []
