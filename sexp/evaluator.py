@@ -428,8 +428,9 @@ def run_closure(closure: Closure, args: tuple[Any, ...], node: Node, ev: Evaluat
             )
         while True:
             params = closure.params
-            if closure.rest is None and len(args) == len(params):  # the common call, bound here
-                env = Env({params[0]: args[0]} if len(params) == 1 else dict(zip(params, args)), closure.env)
+            if closure.rest is None and len(args) == len(params):  # the common call, bound here (lengths equal)
+                env = Env({params[0]: args[0]} if len(params) == 1 else dict(zip(params, args, strict=False)),
+                          closure.env)
             else:
                 env = _bind_arguments(closure, args, node)
             ev.steps += 1
