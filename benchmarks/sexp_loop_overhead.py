@@ -5,15 +5,19 @@ Both run three iterations whose executor calls the same LLM task (a `defatom` in
 signature's predictor as a role call in Python), a validator that fails twice, and a controller that
 continues until it passes; so the difference is the DSL's own work: compiling nothing (the program is
 compiled once), evaluating the lambdas, the program's run around the loop. Measured in CPU time, the
-two interleaved round by round in one process, the median of the per-round ratios reported.
+two interleaved round by round in one process (which goes first alternates), the median of the per-round
+ratios reported with their quartiles (on a loaded machine they scatter; more rounds narrow the median).
+Beside it, the CPU time of an empty program's run (`task`: its `Run`, its phase and its result, no loop),
+the floor of what any program adds around its loops, as a share of the Python loop's.
 
-    .venv/bin/python -m benchmarks.sexp_loop_overhead [--rounds 15] [--runs 40]
+    .venv/bin/python -m benchmarks.sexp_loop_overhead [--rounds 31] [--runs 20]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -70,25 +74,42 @@ def python_loop(signature: type[dspy.Signature]) -> ExecuteValidateController:
                                      max_iterations=3, workspace=os.getcwd())
 
 
-def measure(rounds: int, runs: int) -> float:
-    program = compile_program(PROGRAM)
+def measure(rounds: int, runs: int) -> tuple[float, tuple[float, float], float]:
+    """The median ratio of the program's CPU time to the Python loop's, the quartiles of the per-round ratios, and
+    an empty program's run as a share of the Python loop's (the median of its per-round shares)."""
+    program, empty = compile_program(PROGRAM), compile_program("task")
     module = python_loop(program.named_predictors()[0][1].signature)
     assert program(task="t").result == module(initial_input="t", test_command="tests").final == "print('done')"
-    return median_ratio(rounds, lambda: cpu_seconds(lambda: [program(task="t") for _ in range(runs)]),
-                        lambda: cpu_seconds(lambda: [module(initial_input="t", test_command="tests")
-                                                     for _ in range(runs)]))
+    program_s: list[float] = []
+    python_s: list[float] = []
+    shares: list[float] = []
+
+    def program_batch() -> float:
+        program_s.append(cpu_seconds(lambda: [program(task="t") for _ in range(runs)]))
+        return program_s[-1]
+
+    def python_batch() -> float:
+        python_s.append(cpu_seconds(lambda: [module(initial_input="t", test_command="tests") for _ in range(runs)]))
+        shares.append(cpu_seconds(lambda: [empty(task="t") for _ in range(runs)]) / python_s[-1])
+        return python_s[-1]
+
+    median = median_ratio(rounds, program_batch, python_batch)
+    ratios = [program / python for program, python in zip(program_s, python_s, strict=True)]
+    low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (median, median, median)
+    return median, (low, high), statistics.median(shares)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--runs", type=int, default=40, help="runs per batch")
+    parser.add_argument("--rounds", type=int, default=31)
+    parser.add_argument("--runs", type=int, default=20, help="runs per batch")
     args = parser.parse_args(argv)
     with dspy.context(lm=scripted_lm(), adapter=dspy.ChatAdapter()):
-        ratio = measure(args.rounds, args.runs)
+        ratio, (low, high), empty = measure(args.rounds, args.runs)
     print(f"iterative-loop program: {ratio:.3f}x the same ExecuteValidateController in Python "
-          f"(CPU time, median of {args.rounds} interleaved rounds of {args.runs} runs, 3 iterations and 3 LM "
-          "calls a run, zero-latency LM)")
+          f"(CPU time, median of {args.rounds} interleaved rounds of {args.runs} runs, quartiles {low:.3f}-{high:.3f}; "
+          "3 iterations and 3 LM calls a run, zero-latency LM)")
+    print(f"an empty program's run (its Run, phase and result): {empty:.3f}x the Python loop's CPU time")
 
 
 if __name__ == "__main__":

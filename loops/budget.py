@@ -75,16 +75,17 @@ class Budget:
         `None` means "no limit", as in the constructor: `override(timeout_s=None)` lifts the time
         limit. `max_iterations` and `context_warning_ratio` cannot be None.
         """
-        known = [field.name for field in dataclasses.fields(self)]
-        unknown = sorted(set(limits) - set(known))
+        if not limits:
+            return self
+        unknown = sorted(set(limits).difference(_LIMITS))
         if unknown:
-            raise ConfigurationError(f"unknown budget limit(s) {unknown}; known: {known}")
+            raise ConfigurationError(f"unknown budget limit(s) {unknown}; known: {list(_LIMITS)}")
         if "max_iterations" in limits and limits["max_iterations"] is None:
             raise ConfigurationError(
                 f"max_iterations always has a limit; give an int 0..{MAX_ITERATIONS_CAP}, got None")
         if "context_warning_ratio" in limits and limits["context_warning_ratio"] is None:
             raise ConfigurationError("context_warning_ratio cannot be None; give a number in (0, 1]")
-        return dataclasses.replace(self, **limits) if limits else self
+        return dataclasses.replace(self, **limits)
 
     def check(self, usage: Usage, elapsed: float, where: str = "", *,
               warned: Iterable[str] = ()) -> BudgetCheck:
@@ -164,6 +165,11 @@ class Budget:
         return self.override(**limits)
 
 
+# The limits' names, in the constructor's order: what `override` takes (read once, not on every call: a nested run's
+# budget is made on every run of a DSL loop form).
+_LIMITS = tuple(dict.fromkeys(field.name for field in dataclasses.fields(Budget)))
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetCheck:
     """What `Budget.check` found: the limit reached, if any (`stop`, for the runtime to raise), what to warn
@@ -225,11 +231,16 @@ class RetryPolicy:
 
 
 def _is_int(value: object) -> bool:
-    # bool is an int subclass, but True iterations or attempts is always a mistake.
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    # bool is an int subclass, but True iterations or attempts is always a mistake. A plain int is answered
+    # before the ABC's check, which costs ten times more (a budget is built on every run of a DSL loop form).
+    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 def _is_number(value: object) -> bool:
+    if type(value) is int:
+        return True
+    if type(value) is float:
+        return not math.isnan(value)
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
 
 

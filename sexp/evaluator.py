@@ -247,14 +247,16 @@ class Evaluation:
         self.max_depth = limits.max_depth
         # One clock: the earlier of the program's own wall clock and the deadline of the loop run it is
         # part of (a compiled program's, or the loop form's whose phase called it), as engines read it.
-        # The run's is its very `Deadline` (a person's wait moves it once, for the run and the program alike).
-        own = Deadline(limits.timeout_s)
+        # The run's is its very `Deadline` (a person's wait moves it once, for the run and the program alike),
+        # read from the run context, not copied: a clock of the program's own is made only when it comes first.
         run = context.run_deadline()
-        if run is not None and run.at is not None and (own.at is None or run.at < own.at):
+        timeout = limits.timeout_s
+        if run is not None and run.at is not None and (timeout is None or run.at < time.monotonic() + timeout):
             self.deadline, self.clock = run, "the run's deadline passed (Budget.timeout_s, --timeout)"
+            self._own_deadline = False
         else:
-            self.deadline, self.clock = own, f"timeout_s={limits.timeout_s:g}"
-        self._own_deadline = self.deadline is own
+            self.deadline, self.clock = Deadline(timeout), "no timeout" if timeout is None else f"timeout_s={timeout:g}"
+            self._own_deadline = True
         self.checkpoint = min(_CLOCK_CHECK_INTERVAL, limits.max_steps + 1)
 
     def tick(self, node: Node) -> None:
@@ -303,14 +305,13 @@ class Evaluation:
         `(human)` phase, `loops.context.paused`) moves its deadline past the wait."""
         token = _current_evaluation.set(self)
         try:
-            with context.on_pause(self._paused):
+            if self._own_deadline:
+                with context.on_pause(self.deadline.shift):
+                    yield self
+            else:  # the run's moves with the run
                 yield self
         finally:
             _current_evaluation.reset(token)
-
-    def _paused(self, seconds: float) -> None:
-        if self._own_deadline:  # the run's moves with the run
-            self.deadline.shift(seconds)
 
 
 def current_evaluation() -> Evaluation | None:
@@ -426,8 +427,10 @@ def run_closure(closure: Closure, args: tuple[Any, ...], node: Node, ev: Evaluat
                 limit="max_depth",
             )
         while True:
-            if closure.rest is None and len(args) == len(closure.params) == 1:
-                env = Env({closure.params[0]: args[0]}, closure.env)
+            params = closure.params
+            if closure.rest is None and len(args) == len(params):  # the common call, bound here (lengths equal)
+                env = Env({params[0]: args[0]} if len(params) == 1 else dict(zip(params, args, strict=False)),
+                          closure.env)
             else:
                 env = _bind_arguments(closure, args, node)
             ev.steps += 1

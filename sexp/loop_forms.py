@@ -90,13 +90,15 @@ __all__ = ["LOOP_FORMS", "ProgramOutcome", "program_outcome"]
 @dataclass(frozen=True)
 class LoopForm:
     """One loop form: its clauses, which pattern runs it and with which contracts. `judge` is the phase a
-    `checks` clause may stand in for (the critic, the evaluator): left out, the checks alone approve."""
+    `checks` clause may stand in for (the critic, the evaluator): left out, the checks alone approve; `boxed` the
+    phase whose value the module must not look into (the executor's, which it would take for files to write)."""
 
     name: str
     inputs: tuple[str, ...]  # value clauses (evaluated once), required
     optional: tuple[str, ...]  # value clauses that may be left out
     contracts: dict[str, PhaseContract]
     judge: str | None = None
+    boxed: str | None = None  # the phase whose value goes through the module boxed (`_Attempt`)
 
     @property
     def clauses(self) -> tuple[str, ...]:
@@ -105,7 +107,7 @@ class LoopForm:
 
 LOOP_FORMS = {
     form.name: form for form in (
-        LoopForm("iterative-loop", ("initial-input", "test-command"), (), dict(EXECUTE_VALIDATE)),
+        LoopForm("iterative-loop", ("initial-input", "test-command"), (), dict(EXECUTE_VALIDATE), boxed="executor"),
         LoopForm("director-evaluator-loop", ("initial-director-input",), ("checks",), dict(DIRECTOR), "evaluator"),
         LoopForm("creator-critic-loop", ("requirements",), ("context", "checks"), dict(CREATOR_CRITIC), "critic"),
     )
@@ -226,10 +228,9 @@ def _dsl_check(closure: Closure, clause: Node, ev: Evaluation) -> Callable[[Any]
     return check
 
 
-def _phase(form: LoopForm, role: str, clause: Node, procedure: Any, config: dict[str, Any], ev: Evaluation,
-           check: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
-    """A phase procedure as the module's phase: called with its contract's arguments, it runs the
-    procedure in this evaluation (with `*loop-config*` bound) and checks what it returned."""
+def _phase(form: LoopForm, role: str, clause: Node, procedure: Any, config: dict[str, Any]) -> Any:
+    """A phase procedure as the module's phase runs it (`_dispatcher`): a DSL procedure with `*loop-config*` bound
+    in its scope, else the Python callable; checked now, before the loop starts, against its contract's arity."""
     contract = form.contracts[role]
     count = len(contract.params)
     if type(procedure) is Closure:
@@ -237,31 +238,18 @@ def _phase(form: LoopForm, role: str, clause: Node, procedure: Any, config: dict
             raise ArityError(f"{form.name}: the {role} must take {count} argument(s) "
                              f"({' '.join(contract.params)}), but {procedure.describe()} takes "
                              f"{_takes(procedure)}", clause)
-        procedure = Closure(procedure.params, procedure.rest, procedure.body,
-                            Env({"*loop-config*": config}, procedure.env), procedure.name, procedure.node,
-                            procedure.interpreter)
-    elif not callable(procedure):
+        return Closure(procedure.params, procedure.rest, procedure.body, Env({"*loop-config*": config}, procedure.env),
+                       procedure.name, procedure.node, procedure.interpreter)
+    if not callable(procedure):
         raise DslTypeError(f"{form.name}: the {role} must be a procedure of {count} argument(s) "
                            f"({' '.join(contract.params)}), got {to_source(procedure)}", clause)
-    else:  # a primitive, tool or host callable: its Python signature, where it has one, must fit too
-        try:
-            contract.check(procedure)
-        except ContractError:
-            raise ArityError(f"{form.name}: the {role} must take {count} argument(s) "
-                             f"({' '.join(contract.params)}), but {describe_callable(procedure)} cannot be called "
-                             f"with {count}", clause) from None
-
-    def phase(*args: Any) -> Any:
-        if args and type(args[0]) is _Attempt:  # the controller's executor_result
-            args = (args[0].value, *args[1:])
-        if type(procedure) is Closure:
-            value = run_closure(procedure, args, clause, ev)
-        else:
-            value = call_python(procedure, args, None, clause)
-        return check(value) if check is not None else value
-
-    phase.__qualname__ = f"{form.name} {role}"
-    return phase
+    try:  # a primitive, tool or host callable: its Python signature, where it has one, must fit too
+        contract.check(procedure)
+    except ContractError:
+        raise ArityError(f"{form.name}: the {role} must take {count} argument(s) "
+                         f"({' '.join(contract.params)}), but {describe_callable(procedure)} cannot be called "
+                         f"with {count}", clause) from None
+    return procedure
 
 
 def _takes(closure: Closure) -> str:
@@ -346,15 +334,30 @@ def _fold(prediction: Any, form: LoopForm, ev: Evaluation, node: Node) -> None:
         ev.warn(f"{form.name}: {warning}", node)
 
 
-# The phases of the loop form running in this context: each form's module is built once, when the
-# form is analysed, with dispatchers to these, so a run of the form builds no module.
-_running_phases: contextvars.ContextVar[dict[str, Callable[..., Any]]] = contextvars.ContextVar(
+# The phases of the loop form running in this context, by role, with the run they are evaluated in: each form's
+# module is built once, when the form is analysed, with dispatchers to these, so a run of the form builds no module.
+_running_phases: contextvars.ContextVar[tuple[dict[str, Any], Evaluation]] = contextvars.ContextVar(
     "loops_sexp_running_phases")
 
 
-def _dispatcher(role: str) -> Callable[..., Any]:
+def _dispatcher(form: LoopForm, role: str, clause: Node) -> Callable[..., Any]:
+    """The module's phase `role`: called with its contract's arguments, it runs this run's procedure for the role
+    in the program's evaluation and checks what it returned (a decision, a verdict)."""
+    check = _decision(clause) if role == "controller" else _verdict(clause) if role == "critic" else None
+    boxed = role == form.boxed
+
     def phase(*args: Any) -> Any:
-        return _running_phases.get()[role](*args)
+        procedures, ev = _running_phases.get()
+        procedure = procedures[role]
+        if args and type(args[0]) is _Attempt:  # the controller's executor_result
+            args = (args[0].value, *args[1:])
+        if type(procedure) is Closure:
+            value = run_closure(procedure, args, clause, ev)
+        else:
+            value = call_python(procedure, args, None, clause)
+        if check is not None:
+            value = check(value)
+        return _Attempt(value) if boxed else value
 
     phase.__qualname__ = role
     return phase
@@ -370,8 +373,8 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
         roles = [role for role in form.contracts if role in clauses]  # a judge left out: the checks alone approve
         people = {role: clauses[role][1] for role in roles if isinstance(clauses[role][1], Human)}
         analyzer.people.extend(people.values())
-        module = build({role: people.get(role) or _dispatcher(role) if role in clauses else "checks"
-                        for role in form.contracts}, analyzer.interpreter)
+        module = build({role: people.get(role) or _dispatcher(form, role, clauses[role][0]) if role in clauses
+                        else "checks" for role in form.contracts}, analyzer.interpreter)
 
         def run(env: Env, ev: Evaluation) -> Any:
             ev.tick(node)
@@ -385,11 +388,10 @@ def _loop_form(name: str, build: Callable[..., Any], inputs: Callable[[dict[str,
             phases = {}
             for role in (role for role in roles if role not in people):  # in the contract's order
                 clause, procedure = clauses[role]
-                check = _decision(clause) if role == "controller" else _verdict(clause) if role == "critic" else None
-                phases[role] = _phase(form, role, clause, procedure(env, ev), config, ev, check)
+                phases[role] = _phase(form, role, clause, procedure(env, ev), config)
             if max_iterations == 0:
                 return NIL
-            token = _running_phases.set(phases)
+            token = _running_phases.set((phases, ev))
             try:
                 prediction = module(**inputs(values), budget=_budget(max_iterations, ev, node),
                                     **_checkpoint(ev, node))
@@ -432,15 +434,11 @@ def program_outcome(ev: Evaluation) -> ProgramOutcome:
 def _execute_validate(phases: dict[str, Any], interpreter: Any) -> Any:
     from loops.execute_validate import ExecuteValidateController
 
-    executor = phases["executor"]
-    # A person in the executor's place writes the code as the built-in executor would.
-    boxed = executor if isinstance(executor, Human) else lambda current, iteration: _Attempt(executor(current,
-                                                                                                     iteration))
-    # The phases work in the interpreter's workspace, where its shell tool runs.
+    # The phases work in the interpreter's workspace, where its shell tool runs. A person in the executor's place
+    # writes the code as the built-in executor would; a procedure's value goes boxed (`LoopForm.boxed`).
     workspace = interpreter.workspace or os.getcwd()
-    return ExecuteValidateController(executor=boxed,
-                                     validator=phases["validator"], controller=phases["controller"],
-                                     workspace=workspace)
+    return ExecuteValidateController(executor=phases["executor"], validator=phases["validator"],
+                                     controller=phases["controller"], workspace=workspace)
 
 
 def _director(phases: dict[str, Any], interpreter: Any) -> Any:

@@ -119,6 +119,12 @@ def test_the_wall_clock_limit_ends_a_long_program():
     assert caught.value.limit == "timeout_s"
 
 
+def test_a_program_without_a_wall_clock_limit_runs_outside_a_loop_run():
+    interpreter = Interpreter(limits=Limits(timeout_s=None))
+    assert interpreter.eval_source("(define (count n) (if (= n 0) 'done (count (- n 1)))) (count 2000)") == "done"
+    assert interpreter.last_run.time_left() is None
+
+
 @pytest.mark.parametrize(("limits", "message"), [
     ({"max_steps": 0}, "Limits.max_steps must be a positive int, got 0"),
     ({"max_steps": 1.5}, "Limits.max_steps must be a positive int, got 1.5"),
