@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from loops.errors import ConfigurationError, ReplayDivergence
+from loops.identity import canonical
 
 __all__ = ["CallRecord", "CheckpointStore", "MemoryStore", "QuestionRecord", "RunRecord", "program_difference",
            "program_name", "unknown_run"]
@@ -143,11 +144,14 @@ def _check_run(run_id: str, found: tuple[str, str] | None, program: str, inputs:
 def program_difference(recorded: str, program: str) -> str | None:
     """What differs between the program a run was recorded for and `program` (their fingerprints,
     `LoopModule.fingerprint`), in words: the class, or who plays which role; None when they are the same
-    program. A fingerprint recorded before roles were described in it is compared by its identity alone."""
+    program. A fingerprint recorded before roles were described in it is compared by its identity alone, and one
+    that names the class by the module that defined it then by the class's public name (`loops.identity`)."""
     (identity, _, roles), (then_identity, _, then_roles) = program.partition(" "), recorded.partition(" ")
     if identity == then_identity:
         return None
-    kind, then_kind = identity.split(":")[0], then_identity.split(":")[0]
+    (kind, _, rest), (then_kind, _, then_rest) = identity.partition(":"), then_identity.partition(":")
+    if kind != then_kind and (then_kind := canonical(then_kind)) == kind and rest == then_rest:
+        return None
     if kind != then_kind:
         return f"{then_kind} then, {kind} now"
     if not roles or not then_roles:

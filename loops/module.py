@@ -22,6 +22,7 @@ from loops.checks import Check, checks_of_call
 from loops.contracts import MISSING, InputContract, PhaseContract, not_text
 from loops.drivers import outside_the_gate
 from loops.errors import ConfigurationError, a_or_an
+from loops.identity import canonical, public_path
 from loops.lm import resolve
 from loops.person import Human, nobody_to_answer
 from loops.roles import predictor_of
@@ -293,7 +294,8 @@ class LoopModule(dspy.Module):
             elif role is not None:
                 parts.append((name, getattr(role, "__qualname__", type(role).__qualname__)))
                 roles.append(f"{name}=phase:{parts[-1][1]}")
-        return f"{type(self).__module__}.{type(self).__qualname__}:{stable_hash(parts)} {','.join(roles)}"
+        module, qualname = public_path(type(self))
+        return f"{module}.{qualname}:{stable_hash(parts)} {','.join(roles)}"
 
     # Saving and loading (loops.saving) -----------------------------------------------------------------
 
@@ -305,7 +307,7 @@ class LoopModule(dspy.Module):
         for name in lms:
             state[name]["lm"] = None
         state["loops"] = {
-            "kind": f"{type(self).__module__}:{type(self).__qualname__}",
+            "kind": ":".join(public_path(type(self))),
             "arguments": {name: encode(value) for name, value in getattr(self, "_arguments", {}).items()},
             "budget": dataclasses.asdict(self.budget),
             "retry": dataclasses.asdict(self.retry),
@@ -340,8 +342,9 @@ class LoopModule(dspy.Module):
         super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
         if not saved:
             return self
-        if f"{type(self).__module__}:{type(self).__qualname__}" != saved.get("kind"):
-            raise ConfigurationError(f"the saved state is {a_or_an(str(saved.get('kind')))}, not "
+        kind = canonical(str(saved.get("kind")))
+        if ":".join(public_path(type(self))) != kind:
+            raise ConfigurationError(f"the saved state is {a_or_an(kind)}, not "
                                      f"{a_or_an(type(self).__qualname__)}: load it with loops.load(path)")
         self.budget = Budget(**saved["budget"])
         self.retry = RetryPolicy(**saved["retry"])

@@ -28,6 +28,7 @@ import orjson
 
 from loops.adapters import ADAPTER_CLASSES
 from loops.errors import ConfigurationError
+from loops.identity import ours, public_path
 from loops.lm import is_embedded
 from loops.person import Human
 
@@ -81,7 +82,7 @@ def encode(value: Any) -> Any:
         return {key: encode(item) for key, item in value.items()}
     cls = type(value)
     if dataclasses.is_dataclass(value) and cls.__module__.startswith("loops."):
-        return {"__dataclass__": f"{cls.__module__}:{cls.__qualname__}", "fields": dataclasses.asdict(value)}
+        return {"__dataclass__": ":".join(public_path(cls)), "fields": dataclasses.asdict(value)}
     if cls.__name__ in ADAPTER_CLASSES and isinstance(value, ADAPTER_CLASSES[cls.__name__]):
         return {"__adapter__": cls.__name__}
     if cls.__name__ == "Workspace" and cls.__module__ == "loops.workspace":
@@ -99,7 +100,7 @@ def decode(value: Any, name: str, given: Mapping[str, Any]) -> Any:
         return value
     if "__dataclass__" in value:
         module, _, qualname = value["__dataclass__"].partition(":")
-        if not module.startswith("loops."):
+        if not ours(module):
             raise ConfigurationError(f"{name}: {value['__dataclass__']!r} is not one of loops' classes")
         return getattr(importlib.import_module(module), qualname)(**value["fields"])
     if "__adapter__" in value:
@@ -157,6 +158,6 @@ def _read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], type]:
         raise ConfigurationError(f"{os.fspath(path)!r} holds no loop program's configuration: it was not saved by "
                                  "a loops module (load a plain DSPy state with module.load(path) instead)")
     module_name, _, qualname = saved["kind"].partition(":")
-    if not module_name.startswith("loops."):
+    if not ours(module_name):
         raise ConfigurationError(f"{os.fspath(path)!r}: {saved['kind']!r} is not one of loops' programs")
     return state, getattr(importlib.import_module(module_name), qualname)

@@ -38,6 +38,7 @@ from loops.creator_critic import CreatorCriticIterator
 from loops.director import DirectorExecutorEvaluatorController
 from loops.errors import ConfigurationError
 from loops.execute_validate import ExecuteValidateController
+from loops.identity import public_path
 from loops.optimize.metrics import creator_critic_metric, director_metric, execute_validate_metric, result_metric
 from loops.optimize.optimizers import OPTIMIZERS, build, check, check_program
 from loops.saving import unnamed_lm_note, unnamed_roles
@@ -234,7 +235,7 @@ def describe(program: dspy.Module) -> dict[str, Any]:
             phases[role] = "built-in LLM role" if isinstance(phase, dspy.Module) and role in getattr(
                 program, "_llm_roles", ()) else getattr(phase, "__qualname__", type(phase).__qualname__)
     described = {key: value for key, value in saved.items() if key != "report"}
-    described["kind"] = saved.get("kind", f"{type(program).__module__}:{type(program).__qualname__}")
+    described["kind"] = saved.get("kind", ":".join(public_path(type(program))))
     described["phases"] = phases
     described["roles"] = [name for name, _ in program.named_predictors()]
     if callable(getattr(program, "settings", None)):  # choices settled by the model at run time (the code loop's)

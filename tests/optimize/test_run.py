@@ -315,7 +315,7 @@ def test_the_draws_optimizer_chooses_on_train_saves_the_draws_and_loads_them_bac
     loaded = loops.load(out)
     assert loaded.draws == tuple(chosen) and loaded.samples is None
     assert json.loads(out.read_text())["loops"]["arguments"]["draws"][0] == {
-        "__dataclass__": "loops.code.draws:Draw",
+        "__dataclass__": "loops.code:Draw",  # by the public name: `from loops.code import Draw`
         "fields": {"examples": [0, 1, 2], "sampled": False, "frequency_penalty": None, "seed": None}}
     with dspy.context(lm=scripted_lm_of(drawn)):
         assert loaded(**wants(3, 21).inputs()).success
