@@ -30,7 +30,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import dspy  # noqa: E402
 
 from loops import CreatorCriticIterator  # noqa: E402
-from loops.checkpoint import SQLiteStore, prune_runs  # noqa: E402
+from loops.recording.checkpoint import SQLiteStore, prune_runs  # noqa: E402
 from tests.loops.test_long_loops import never_approving  # noqa: E402
 from tests.scripted import scripted_lm  # noqa: E402
 

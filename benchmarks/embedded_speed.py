@@ -86,10 +86,10 @@ def _since(before: dict[str, float], after: dict[str, float]) -> dict[str, float
 
 
 def _fix_loop(lm: Any, workspace: Any) -> Any:
-    """`loops fix` on the embedded model: its defaults (loops.code.code_loop_defaults), the tests by pytest."""
+    """`loops fix` on the embedded model: its defaults (loops.patterns.code.code_loop_defaults), the tests by pytest."""
     from loops import ExecuteValidateController, PytestValidator
-    from loops.budget import Budget
-    from loops.code import code_loop_defaults
+    from loops.patterns.code import code_loop_defaults
+    from loops.vocabulary.budget import Budget
 
     validator = PytestValidator(workspace=workspace, timeout_s=30, env={"PYTHONDONTWRITEBYTECODE": "1"})
     return ExecuteValidateController(workspace=workspace, validator=validator,

@@ -27,7 +27,7 @@ import dspy  # noqa: E402
 from dspy.lm15 import Message, Response, TextPart, Usage  # noqa: E402
 
 from loops import Budget, CreatorCriticIterator  # noqa: E402
-from loops.checkpoint import SQLiteStore  # noqa: E402
+from loops.recording.checkpoint import SQLiteStore  # noqa: E402
 
 
 def _fields(request: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ already holds `test_solution.py` (one pytest test per assert) and validates with
     .venv/bin/python -m benchmarks.mbpp --configs file:/tmp/fix.draws.json --out /tmp/mbpp-draws.jsonl
 
 A pass whose code only returns the tested values (`if n == 10: return 16796`:
-`loops.code.hardcoded_asserts`) is not counted as solved: its record says `hardcoded` (the asserts so
+`loops.patterns.code.hardcoded_asserts`) is not counted as solved: its record says `hardcoded` (the asserts so
 answered) and the summary counts such passes apart. `file:PATH` runs a saved program (`loops.load`,
 e.g. the `draws` optimizer's) with the benchmark's workspace, validator and budget.
 
@@ -50,7 +50,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
     "defaults": {
         "about": "what `loops fix` does on the model: policy, samples, analyst and max_iterations by "
-                 "loops.code.code_loop_defaults",
+                 "loops.patterns.code.code_loop_defaults",
         "options": {},
     },
     "repair": {
@@ -183,7 +183,7 @@ def make_module(config: str, workspace: Any, validator: Any, task_timeout_s: flo
     import dspy
 
     from loops import Budget, ExecuteValidateController, tests_controller
-    from loops.code import code_loop_defaults
+    from loops.patterns.code import code_loop_defaults
 
     options = config_options(config)
     if options.pop("controller", None) == "tests":
@@ -208,8 +208,8 @@ def first_answers(task: dict[str, Any], calls: list[tuple[dict[str, Any], Any]])
     import dspy
 
     from loops import Workspace
-    from loops.code import align_names, extract_code, hardcoded_asserts, read_interface
-    from loops.execute_validate import PLAIN_TEXT
+    from loops.patterns.code import align_names, extract_code, hardcoded_asserts, read_interface
+    from loops.patterns.execute_validate import PLAIN_TEXT
     from loops.signatures.execute_validate import ExecutorSignature
     from loops.signatures.results import CodeRequest
 
@@ -247,10 +247,10 @@ def sample_task(task: dict[str, Any], k: int, temperature: float = PASSK_TEMPERA
 
 
 def candidate_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Each candidate of the embedded defaults' first iteration (`loops.execute_validate.draws`),
+    """Each candidate of the embedded defaults' first iteration (`loops.patterns.execute_validate.draws`),
     drawn as the loop draws it but each tested on its own: which kind of candidate passes which task."""
-    from loops.code import EMBEDDED_CODE_LOOP as DEFAULTS
-    from loops.code import draws
+    from loops.patterns.code import EMBEDDED_CODE_LOOP as DEFAULTS
+    from loops.patterns.code import draws
 
     plan = draws(DEFAULTS.samples, DEFAULTS.examples, DEFAULTS.penalty_variants)
     started = time.monotonic()
@@ -285,7 +285,7 @@ def passk_curve(records: list[dict[str, Any]]) -> dict[int, float]:
 
 def run_task(config: str, task: dict[str, Any], task_timeout_s: float | None = None) -> dict[str, Any]:
     from loops import PytestValidator, Workspace
-    from loops.code import code_of, extract_code, hardcoded_asserts
+    from loops.patterns.code import code_of, extract_code, hardcoded_asserts
 
     with Workspace() as workspace:
         workspace.write({TEST_FILE: build_test_file(task)})

@@ -13,25 +13,25 @@ The minimal loop is what a user writes who wants a correct loop and nothing more
 each role's history kept as its signature's fields and passed as its `dspy.History`, the critic's verdict
 taken, at most three revisions. It pays DSPy's own per-call work on a role with a history (the history-less
 signature and the system message built again on every call), which the runtime does once per signature
-(`loops.adapters.historyless_once`): that, not a shortcut, is why the runtime costs less than it.
+(`loops.vocabulary.adapters.historyless_once`): that, not a shortcut, is why the runtime costs less than it.
 
 - fresh: a new module (and new minimal predictors) for every batch of runs;
 - aged: the same instances after `--age` runs each;
 - concurrent: `--concurrent` simultaneous `acall`s against an LM that answers after 50 ms;
 - fresh, unaware: as fresh, on an engine that does not ask the run before each request itself
-  (`loops.context.RUN_AWARE`; DSPy's own engines, a hosted model's): the runtime hands each role's
-  predictor the LM gated at the object (`_GatedLM` in `loops/drivers.py`) and bounds each call by the deadline on a
-  worker thread. The lines above use a run-aware engine, as loops' embedded and server engines are;
+  (`loops.vocabulary.context.RUN_AWARE`; DSPy's own engines, a hosted model's): the runtime hands each role's predictor
+  the LM gated at the object (`_GatedLM` in `loops/running/drivers.py`) and bounds each call by the deadline on a worker
+  thread. The lines above use a run-aware engine, as loops' embedded and server engines are;
 - openai/: fresh, aged and concurrent with the LM a user names a hosted model by, `dspy.LM("openai/...")`,
   on a loopback OpenAI-compatible server run in a child process (its CPU time is not counted): DSPy's own
   engine, gated as "unaware" is. Both candidates pay DSPy's client (building the request, HTTP, pricing the
   answer) alike, so this ratio is nearer 1 than the zero-latency lines by construction.
 - floor: no runtime at all, on the zero-latency engine and on `openai/`: the minimal loop with its role calls
-  formatted as the runtime formats them (`loops.adapters.historyless_once`), i.e. DSPy's own per-call work as
+  formatted as the runtime formats them (`loops.vocabulary.adapters.historyless_once`), i.e. DSPy's own per-call work as
   the runtime pays it, and nothing else (no budgets, no gate, no deadline, no trace, no history object). It is
   the least the module's ratio on that line can be while its role calls are DSPy's predictors: a goal below it
   asks for less DSPy work per call than DSPy does, not for a leaner runtime.
-- tracing: the same runs with `loops.tracing` on, its spans kept by the SDK's in-memory exporter, interleaved
+- tracing: the same runs with `loops.observers.tracing` on, its spans kept by the SDK's in-memory exporter, interleaved
   with runs with it off: what tracing adds per role call (its `invoke_agent` span and the `chat` span of its
   LM request, the run's `invoke_workflow` span shared among its four calls), in CPU microseconds. Tracing off
   is no observer at all: the lines above are the runtime with tracing off.
@@ -60,9 +60,9 @@ import dspy  # noqa: E402
 from dspy.lm15 import Message, Response, TextPart, Usage  # noqa: E402
 
 from loops import CreatorCriticIterator  # noqa: E402
-from loops.adapters import historyless_once  # noqa: E402
-from loops.context import before_request  # noqa: E402
 from loops.signatures import CreatorSignature, CriticSignature, IteratorSignature  # noqa: E402
+from loops.vocabulary.adapters import historyless_once  # noqa: E402
+from loops.vocabulary.context import before_request  # noqa: E402
 from tests.loops.fake_openai import chat_completion  # noqa: E402
 
 LATENCY_S = 0.05
@@ -337,7 +337,7 @@ def tracing_cost(rounds: int, runs: int) -> tuple[float, float] | None:
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     except ImportError:
         return None
-    import loops.tracing
+    import loops.observers.tracing
 
     provider, memory = TracerProvider(), InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(memory))
@@ -347,11 +347,11 @@ def tracing_cost(rounds: int, runs: int) -> tuple[float, float] | None:
         return cpu_seconds(lambda: [module(requirements="a slogan") for _ in range(runs)])
 
     def traced(module: CreatorCriticIterator) -> float:
-        loops.tracing.enable(provider=provider)
+        loops.observers.tracing.enable(provider=provider)
         try:
             return batch(module)
         finally:
-            loops.tracing.disable()
+            loops.observers.tracing.disable()
             assert len(memory.get_finished_spans()) == runs * 9, len(memory.get_finished_spans())
             memory.clear()
 
@@ -419,8 +419,8 @@ def main(argv: list[str] | None = None) -> None:
         if cost is None:
             print("tracing:    not measured (OpenTelemetry's SDK is not installed: pip install 'loops[tracing]')")
         else:
-            print(f"tracing:    +{cost[0]:.0f} us of CPU per role call with loops.tracing on (in-memory exporter), "
-                  f"{cost[1]:.3f}x the same runs with it off (median of {rounds} interleaved rounds)")
+            print(f"tracing:    +{cost[0]:.0f} us of CPU per role call with loops.observers.tracing on (in-memory "
+                  f"exporter), {cost[1]:.3f}x the same runs with it off (median of {rounds} interleaved rounds)")
     if "concurrent" in lines:
         with dspy.context(adapter=dspy.ChatAdapter()):
             print(f"concurrent: {concurrent(max(3, rounds // 3), args.concurrent, scripted_lm(LATENCY_S)):.3f}x with "

@@ -29,9 +29,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import dspy  # noqa: E402
 
 from loops import CreatorCriticIterator  # noqa: E402
-from loops.adapters import ADAPTERS  # noqa: E402
 from loops.lm import CONTEXT_TOKENS, model_path, resolve  # noqa: E402
 from loops.lm.cores import FreeCores, fixed_threads  # noqa: E402
+from loops.vocabulary.adapters import ADAPTERS  # noqa: E402
 
 SERVED_MODEL = "smollm2"  # the name the server answers to (--model_alias): requests say openai/smollm2
 REQUIREMENTS = [

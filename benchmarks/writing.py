@@ -7,7 +7,7 @@
              public API; `--no-checks`: the loop as it was before checks, judged by its critic alone): the
              share of final drafts that pass every check; `--config` `defaults` (the loop as it is built,
              defaults by model) or `json` (the roles answering in JSON, untaught: the embedded defaults before
-             loops.prose); `--samples`, `--critic` and `--max-iterations` set the loop's own options
+             loops.patterns.prose); `--samples`, `--critic` and `--max-iterations` set the loop's own options
     direct   `loops direct` on the same tasks, its final result checked the same way
     optimize refine optimized on the train tasks toward their checks (`loops.optimize.checks_metric`), then
              scored on train and on `--split`, before and after
@@ -144,10 +144,10 @@ def critic_records(split: str, demos: int, done: set[str], margins: _Margins | N
             margins.last = None
 
 
-# The kinds of first draft `candidates` compares (each one creator call, as `loops.code.Draw`): greedy with or
-# without the worked examples (loops.prose.WORKED_DRAFTS), without the repeat penalty, and seeded samples.
+# The kinds of first draft `candidates` compares (each one creator call, as `loops.patterns.code.Draw`): greedy with or
+# without the worked examples (loops.patterns.prose.WORKED_DRAFTS), without the repeat penalty, and seeded samples.
 def _candidates() -> dict[str, Any]:
-    from loops.code import Draw
+    from loops.patterns.code import Draw
 
     every = (0, 1, 2)
     kinds = {"greedy+examples": Draw(examples=every), "greedy": Draw(),

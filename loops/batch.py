@@ -21,7 +21,7 @@ key, an unknown model) stops the batch at that example, with nothing recorded fo
 the same way on every run.
 
 Before the first example runs, every example is checked against the program's inputs (`bad_examples`: its
-input contract, `loops.contracts`): an example holds inputs only, never a limit (the limits are the
+input contract, `loops.vocabulary.contracts`): an example holds inputs only, never a limit (the limits are the
 program's, the same for every example), and those the program would refuse are all listed in one
 `ConfigurationError`, with nothing run. The examples, their records and the results file are
 `loops.batch_records`'s; this module runs the loops.
@@ -44,9 +44,10 @@ from urllib.parse import urlsplit
 
 import dspy
 
-from loops import context, tracing
 from loops.batch_records import INPUT_CHARS, BadExample, Record, _examples, _failure, _Output, _record, bad_examples
 from loops.errors import ConfigurationError, MissingDependencyError
+from loops.observers import tracing
+from loops.vocabulary import context
 
 __all__ = ["BACKENDS", "INPUT_CHARS", "BadExample", "BatchSummary", "arun", "bad_examples", "current_example", "run"]
 
@@ -268,7 +269,7 @@ def current_example() -> str | None:
 async def _run_example(program: dspy.Module, example: context.ExampleInfo, inputs: dict[str, Any],
                        metric: Callable[..., Any] | None, options: Mapping[str, Any]) -> Record:
     """One example, on either backend: its record, or its failure's; a `ConfigurationError` propagates. Its
-    observers hear of it (`loops.tracing` gives it a trace of its own), however it ends."""
+    observers hear of it (`loops.observers.tracing` gives it a trace of its own), however it ends."""
     observers = context.observers()
     if not observers:
         return await _example_record(program, example.key, inputs, metric, options)
@@ -413,7 +414,7 @@ class _Worker:
             tracing.trace_in_worker(traced)
 
     async def run(self, key: str, inputs: dict[str, Any], origin: dict[str, str]) -> tuple[Record, list[Any]]:
-        """The example's record, and its trace's spans when the batch is traced (`loops.tracing.spans_of`)."""
+        """The example's record, and its trace's spans when the batch is traced (`loops.observers.tracing.spans_of`)."""
         example = context.ExampleInfo(key, "ray", origin)
         with dspy.context(lm=self.lm, adapter=self.adapter):
             record = await _run_example(self.program, example, inputs, self.metric, self.options)

@@ -14,7 +14,7 @@
     │                                        answers for (the message names them and their types)
     ├── AwaitingInput                        a role answered by a person has no one to answer it now: the
     │                                        run pauses (stop reason "awaiting_input"), its checkpoint
-    │                                        holding the question (`loops.person`)
+    │                                        holding the question (`loops.running.person`)
     ├── RunError (RuntimeError)              a failure during a run
     │   ├── LimitReached                     a budget limit was hit (raised only with strict=True)
     │   │   └── DeadlinePassed (TimeoutError)    an LM call abandoned at the run's deadline; the
@@ -137,7 +137,7 @@ class RoleFailed(RunError):
 
 
 class RequestRefused(BaseException):
-    """The run's limits refused an LM request (`loops.context.before_request`), or an engine gave one up at
+    """The run's limits refused an LM request (`loops.vocabulary.context.before_request`), or an engine gave one up at
     the run's deadline. It is a `BaseException` so that it passes DSPy's handlers untouched: DSPy swallows
     what a callback raises and wraps what an engine raises, both by catching `Exception`. The runtime
     raises `limit` (a `LimitReached`) in its place, so nothing outside a run's call ever sees it."""

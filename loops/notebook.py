@@ -10,7 +10,7 @@
     loops.notebook.timeline_html(result)     # the same picture in a page of its own (`loops runs show --html`)
 
 A loop's prediction (`loops.LoopResult`) and its trace steps (`loops.Step`) render themselves in
-Jupyter through `loops.display`. `trace_frame` needs pandas, the plots matplotlib:
+Jupyter through `loops.vocabulary.display`. `trace_frame` needs pandas, the plots matplotlib:
 `pip install 'loops[notebooks]'`.
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 
 import dspy
 
-from loops.display import checks_held, step_judgement, step_outcome, step_role, step_verdict
 from loops.errors import MissingDependencyError
+from loops.vocabulary.display import checks_held, step_judgement, step_outcome, step_role, step_verdict
 
 __all__ = ["TRACE_COLUMNS", "plot_run", "plot_timeline", "timeline_html", "trace_frame"]
 
@@ -43,7 +43,7 @@ def trace_frame(runs: Any) -> Any:
     (`step_verdict`: the junk floor and a self-contradicting verdict overrule the LLM), `checks_held` the share
     of checks it found held (`checks_held`), each None for a step that judges nothing; `written_chars` the
     length of the text a writing step wrote (a draft, code, a result); `human` marks a person's
-    answer, `loops.person`). A phase's `lm_calls` and
+    answer, `loops.running.person`). A phase's `lm_calls` and
     tokens include those of the role calls it made, which have rows of their own (a DSL loop phase
     calling an atom).
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import dspy
 
-from loops.creator_critic import CreatorCriticIterator
 from loops.errors import ConfigurationError
-from loops.junk import is_junk
 from loops.optimize.writing import critic_examples
+from loops.patterns.creator_critic import CreatorCriticIterator
 from loops.signatures.creator_critic import CRITERIA
+from loops.vocabulary.junk import is_junk
 
 __all__ = ["CriticOf", "balanced_demos", "labeled_verdicts"]
 

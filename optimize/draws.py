@@ -1,6 +1,6 @@
 """The `draws` optimizer: the code loop's candidates chosen on training data, for the model at hand.
 
-`ExecuteValidateController` draws several candidates per iteration (`loops.code.draws`): greedy answers
+`ExecuteValidateController` draws several candidates per iteration (`loops.patterns.code.draws`): greedy answers
 to other prompts (worked examples) or with other decoding (penalties), and seeded samples. Which of them
 pass which tasks depends on the model; the embedded model's defaults were chosen by hand, partly while
 looking at validation results. `DrawsOptimizer` chooses them from the training set alone:
@@ -34,12 +34,12 @@ from typing import Any
 import dspy
 import orjson
 
-from loops.checkpoint import stable_hash
-from loops.code.controller import code_of
-from loops.code.draws import ALL_EXAMPLES, GREEDY_DRAWS, Draw
-from loops.contracts import field_of
 from loops.errors import ConfigurationError, a_or_an
-from loops.execute_validate import ExecuteValidateController
+from loops.patterns.code.controller import code_of
+from loops.patterns.code.draws import ALL_EXAMPLES, GREEDY_DRAWS, Draw
+from loops.patterns.execute_validate import ExecuteValidateController
+from loops.recording.checkpoint import stable_hash
+from loops.vocabulary.contracts import field_of
 
 __all__ = ["CANDIDATE_KINDS", "DrawsOptimizer", "choose", "kind_name"]
 
@@ -84,7 +84,7 @@ class DrawsOptimizer:
     def __init__(self, metric: Callable[..., Any], *, kinds: Sequence[Draw] = CANDIDATE_KINDS, max_draws: int = 5,
                  trials: str | os.PathLike[str] | None = None):
         if not kinds or not all(isinstance(kind, Draw) for kind in kinds) or len(set(kinds)) != len(kinds):
-            raise ConfigurationError(f"kinds must be distinct loops.code.Draw values, got {kinds!r:.200}")
+            raise ConfigurationError(f"kinds must be distinct loops.patterns.code.Draw values, got {kinds!r:.200}")
         if isinstance(max_draws, bool) or not isinstance(max_draws, int) or max_draws < 1:
             raise ConfigurationError(f"max_draws must be an int >= 1, got {max_draws!r}")
         self.metric = metric

@@ -17,7 +17,7 @@ from typing import Any
 
 import dspy
 
-from loops.checkpoint import CheckpointStore, opened, unpack
+from loops.recording.checkpoint import CheckpointStore, opened, unpack
 
 __all__ = ["human_labels"]
 

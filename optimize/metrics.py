@@ -4,7 +4,7 @@ Each reads the prediction a loop returns (the shared result shape: `success`, `f
 `best_attempt`, `stop_reason`, `warnings`, ...) and scores it in [0, 1], 1.0 only for full success:
 
 - `creator_critic_metric`: 1.0 when the draft was approved; otherwise the share of the run's checks its best
-  draft held (`loops.checks`), or without checks the share of the critic's criteria (accuracy, completeness,
+  draft held (`loops.vocabulary.checks`), or without checks the share of the critic's criteria (accuracy, completeness,
   quality) it passed, scaled below 1.
 - `checks_metric(checks)`: any program whose prediction has a `final` text: 1.0 when it holds every check
   (given here, or per example in its `checks` field) and is not junk, else the share held, below 1; for
@@ -37,16 +37,16 @@ from typing import Any
 
 import dspy
 
-from loops.checks import CheckReport, as_checks, run_checks
-from loops.code.controller import code_of
-from loops.code.python import failure_digest, hardcoded_asserts, test_command_programs
-from loops.contracts import field_of, outcome_passed
-from loops.display import step_judgement, step_outcome
 from loops.errors import ConfigurationError
-from loops.junk import is_junk
+from loops.patterns.code.controller import code_of
+from loops.patterns.code.python import failure_digest, hardcoded_asserts, test_command_programs
 from loops.signatures.creator_critic import CRITERIA
 from loops.signatures.results import ValidationResult
-from loops.validators import parse_pytest_counts
+from loops.tools.validators import parse_pytest_counts
+from loops.vocabulary.checks import CheckReport, as_checks, run_checks
+from loops.vocabulary.contracts import field_of, outcome_passed
+from loops.vocabulary.display import step_judgement, step_outcome
+from loops.vocabulary.junk import is_junk
 
 __all__ = ["checks_metric", "creator_critic_metric", "director_metric", "execute_validate_metric", "fewer_calls",
            "honest", "result_metric"]
@@ -161,10 +161,10 @@ director_metric = _metric(_score_director)
 
 
 def checks_metric(checks: Any = None, field: str = "final") -> Callable[..., Any]:
-    """A metric of the program's `field` (its final text) by checks (`loops.checks`: callables or short forms
+    """A metric of the program's `field` (its final text) by checks (`loops.vocabulary.checks`: callables or short forms
     such as "max-words=40"): `checks` given here, else each example's own `checks` field (as
     `loops.optimize.writing.refine_examples` carries them). 1.0 when every check holds and the text is no junk
-    (`loops.junk.is_junk` against the example's `requirements`); else the share held, below 1. For GEPA the
+    (`loops.vocabulary.junk.is_junk` against the example's `requirements`); else the share held, below 1. For GEPA the
     feedback is the failed checks' messages: what an optimizer tunes the creator and iterator toward."""
     given = as_checks(checks) if checks is not None else None
 
@@ -213,7 +213,7 @@ def fewer_calls(metric: Callable[..., Any], weight: float = 0.1, calls_for_nothi
 
 def honest(metric: Callable[..., Any]) -> Callable[..., Any]:
     """`metric`, except that a code run whose final code answers the example's tests with their expected
-    values (`loops.code.hardcoded_asserts`: `if n == 10: return 16796`) scores 0: the tests pass, the
+    values (`loops.patterns.code.hardcoded_asserts`: `if n == 10: return 16796`) scores 0: the tests pass, the
     task is not solved. The tests are read from the example's `initial_input` `workspace_files`
     (MBPP examples carry theirs) and its `test_command`."""
 

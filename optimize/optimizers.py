@@ -3,7 +3,7 @@ this library's `draws` (the code loop's candidates chosen on train data, `loops.
 
 Every metric call of an optimizer runs a whole loop (several LM calls), so the defaults are small:
 a few demos, a few candidates, a few trials. Any option is passed through to the optimizer's
-constructor or its `compile` (see `build`). What each optimizer sees of a loop is in `loops.demos`
+constructor or its `compile` (see `build`). What each optimizer sees of a loop is in `loops.vocabulary.demos`
 and docs/optimize.md.
 """
 

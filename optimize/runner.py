@@ -34,14 +34,14 @@ import orjson
 from dspy.utils.callback import BaseCallback
 from pydantic import BaseModel, Field
 
-from loops.creator_critic import CreatorCriticIterator
-from loops.director import DirectorExecutorEvaluatorController
 from loops.errors import ConfigurationError
-from loops.execute_validate import ExecuteValidateController
 from loops.identity import public_path
 from loops.optimize.metrics import creator_critic_metric, director_metric, execute_validate_metric, result_metric
 from loops.optimize.optimizers import OPTIMIZERS, build, check, check_program
-from loops.saving import unnamed_lm_note, unnamed_roles
+from loops.patterns.creator_critic import CreatorCriticIterator
+from loops.patterns.director import DirectorExecutorEvaluatorController
+from loops.patterns.execute_validate import ExecuteValidateController
+from loops.running.saving import unnamed_lm_note, unnamed_roles
 
 __all__ = ["KEEP", "Report", "Score", "Stage", "default_metric", "evaluate", "run", "save"]
 
@@ -99,7 +99,7 @@ class Report(BaseModel):
     def summary(self, *, verdict: bool = True, lm_note: bool = True) -> str:
         """The report in a few lines: the scores, which program was kept (`verdict`, which `run`'s progress display
         has said already), what each stage spent, what changed, and what the saved program does not say of its
-        models (`lm_note`: `loops.saving.unnamed_lm_note`)."""
+        models (`lm_note`: `loops.running.saving.unnamed_lm_note`)."""
         lines = [f"{self.optimizer['optimizer']}: {self.metric} {self.before.score:.3f} -> {self.after.score:.3f}; "
                  f"solved {self.before.solved} -> {self.after.solved} of {self.after.examples}",
                  *([self.verdict()] if verdict else [])]

@@ -3,9 +3,9 @@
 The embedded model is a weak critic (it approves nothing, or approves junk), and an LLM judge cannot
 grade another LLM judge. Here each `WritingTask` is a request a user could give `loops refine` ("A
 slogan for a bicycle repair shop. Use at most 8 words. Include the word 'wheel'.") made only of
-checks a program runs (`loops.checks`, carried as data: `task.checks`), and each check writes its own
+checks a program runs (`loops.vocabulary.checks`, carried as data: `task.checks`), and each check writes its own
 sentence of the request (its `rule`), so the writer sees every rule that `check(task, draft)` applies.
-On top of the checks, `check` fails junk (`loops.junk.is_junk`: empty, an echo of the request, a
+On top of the checks, `check` fails junk (`loops.vocabulary.junk.is_junk`: empty, an echo of the request, a
 placeholder), and every task requires a word of its topic, so an off-topic draft fails too.
 
 Two splits with no topic in common: `train` to optimize on, `heldout` to measure on. For half of
@@ -27,11 +27,11 @@ from typing import Any
 
 import dspy
 
-from loops.checks import Check, CheckReport, rule_of, run_checks
-from loops.contracts import field_of, judge
 from loops.errors import ConfigurationError, ContractError
-from loops.junk import is_junk
 from loops.optimize.writing_tasks import DRAFTS, ECHO, TASKS
+from loops.vocabulary.checks import Check, CheckReport, rule_of, run_checks
+from loops.vocabulary.contracts import field_of, judge
+from loops.vocabulary.junk import is_junk
 
 __all__ = ["SPLITS", "LabeledDraft", "WritingTask", "agreement", "check", "critic_examples", "draft_passes",
            "labeled_drafts", "refine_examples", "task_by_id", "tasks"]
@@ -43,7 +43,7 @@ SPLITS = ("train", "heldout")
 
 @dataclass(frozen=True)
 class WritingTask:
-    """A request as a user would give it (`requirements`: the brief, then each check's rule, `loops.checks`),
+    """A request as a user would give it (`requirements`: the brief, then each check's rule, `loops.vocabulary.checks`),
     and its checks as data."""
 
     id: str
@@ -54,7 +54,7 @@ class WritingTask:
 
 
 def check(task: WritingTask, draft: str | None) -> CheckReport:
-    """Whether `draft` meets every check of `task` and is not junk (`loops.junk.is_junk`): the report's
+    """Whether `draft` meets every check of `task` and is not junk (`loops.vocabulary.junk.is_junk`): the report's
     `passed`, and its `failures`, one line per failed rule (junk first)."""
     draft = "" if draft is None else str(draft)
     return run_checks(task.checks, draft, floor=is_junk(task.requirements, draft))
@@ -129,8 +129,8 @@ def refine_examples(split: str) -> list[dspy.Example]:
 
 
 def _verdict_approves(verdict: Any) -> bool:
-    """Whether the loop takes `verdict` as an approval: the one verdict rule (`loops.contracts.judge`; a verdict
-    that contradicts its criteria is none), so agreement measures what the loop would do."""
+    """Whether the loop takes `verdict` as an approval: the one verdict rule (`loops.vocabulary.contracts.judge`; a
+    verdict that contradicts its criteria is none), so agreement measures what the loop would do."""
     try:
         return judge(critic=verdict).approved
     except ContractError as error:

@@ -9,7 +9,7 @@ should not scroll through them.
 
 from __future__ import annotations
 
-from loops.checks import Avoid, CapitalizedLines, Count, EndsWith, Include, ListOf, Mentions
+from loops.vocabulary.checks import Avoid, CapitalizedLines, Count, EndsWith, Include, ListOf, Mentions
 
 __all__ = ["DRAFTS", "ECHO", "TASKS"]
 

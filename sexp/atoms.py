@@ -34,14 +34,14 @@ from typing import Any
 import dspy
 from pydantic import BaseModel
 
-from loops.context import current_run
 from loops.errors import ConfigurationError, RoleFailed
-from loops.profile import adapter_for
 from loops.sexp.errors import ArityError, DslValueError
 from loops.sexp.evaluator import Analyzer, Env, Evaluation, Exec, special_form
 from loops.sexp.reader import Node
 from loops.sexp.values import NIL, Symbol, to_dsl, to_source
 from loops.signatures.results import StructuredAnalysisResult, TaskResult, ValidationResult
+from loops.vocabulary.context import current_run
+from loops.vocabulary.profile import adapter_for
 
 __all__ = ["SCHEMAS", "TYPES", "Atom", "atom_predictors"]
 

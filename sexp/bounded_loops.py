@@ -29,11 +29,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from loops.budget import MAX_ITERATIONS_CAP
 from loops.sexp.errors import DslTypeError, DslValueError
 from loops.sexp.evaluator import Analyzer, Env, Evaluation, Exec, special_form
 from loops.sexp.reader import Node
 from loops.sexp.values import NIL, is_list, to_source
+from loops.vocabulary.budget import MAX_ITERATIONS_CAP
 
 __all__ = ["CONTEXT_WARNING_RATIO", "DEFAULT_MAX_CONTEXT_CHARS", "LOOP_OPTIONS"]
 

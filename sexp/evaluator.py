@@ -70,8 +70,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loops import context
-from loops.deadline import Deadline
 from loops.errors import ConfigurationError, LoopsError
 from loops.sexp.errors import (
     ArityError,
@@ -85,6 +83,8 @@ from loops.sexp.errors import (
 )
 from loops.sexp.reader import Node
 from loops.sexp.values import NIL, Keyword, Symbol, to_dsl, to_source
+from loops.vocabulary import context
+from loops.vocabulary.deadline import Deadline
 
 if TYPE_CHECKING:
     from loops.sexp.interpreter import Interpreter
@@ -302,7 +302,7 @@ class Evaluation:
     @contextlib.contextmanager
     def active(self) -> Iterator[Evaluation]:
         """Make this the run that DSL procedures called from Python join; a person's wait in it (a loop form's
-        `(human)` phase, `loops.context.paused`) moves its deadline past the wait."""
+        `(human)` phase, `loops.vocabulary.context.paused`) moves its deadline past the wait."""
         token = _current_evaluation.set(self)
         try:
             if self._own_deadline:

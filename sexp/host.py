@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from loops import context as run_context
 from loops.errors import ConfigurationError
 from loops.sexp.errors import DslTypeError, DslValueError, LimitExceeded
 from loops.sexp.evaluator import current_evaluation
 from loops.sexp.values import is_list
-from loops.validators import ShellValidator, Workspace
+from loops.tools.validators import ShellValidator, Workspace
+from loops.vocabulary import context as run_context
 
 __all__ = ["SHELL_TOOL", "WITHHELD_TOOLS", "Tool", "WorkspaceContext", "shell_command_tool", "write_file_tool"]
 
@@ -60,7 +60,7 @@ def shell_command_tool(workspace: str | os.PathLike[str] | None = None, *,
     shell_command_tool()})`` (what ``loops run --allow-shell`` does). It runs a command through
     `ShellValidator` (no shell: the command is split like a POSIX shell would, but `;`, `|` and `$VAR`
     are plain arguments) in `workspace` (by default the running program's, else the current directory),
-    with a timeout, capped output and a minimal environment (`loops.validators.SAFE_ENVIRONMENT`: no
+    with a timeout, capped output and a minimal environment (`loops.tools.validators.SAFE_ENVIRONMENT`: no
     keys). With `executables`, only a command whose first word is one of them, exactly as written, runs.
 
     What a program granted it can do: anything the user can. ``sh -c``, ``python3 -c`` or ``cp`` reach

@@ -1,7 +1,7 @@
 """The loop forms: the seeds' `iterative-loop` and `director-evaluator-loop`, and `creator-critic-loop`.
 
 Each form runs its phase lambdas on the library's own module for the pattern, through its public
-constructor and the phase contract tables of `loops.contracts` (iteration numbers 1-based, always
+constructor and the phase contract tables of `loops.vocabulary.contracts` (iteration numbers 1-based, always
 the last argument), so a DSL loop has the same budget, trace, retries and stop reasons as a Python
 one; there is no second loop implementation here.
 
@@ -30,16 +30,16 @@ one; there is no second loop implementation here.
       (critic   (lambda (requirements draft iteration) ...))           ; -> a verdict
       (iterator (lambda (requirements draft feedback iteration) ...)))  ; -> the revised draft
 
-A `checks` clause (creator-critic and director loops) holds any number of checks (`loops.checks`): check
+A `checks` clause (creator-critic and director loops) holds any number of checks (`loops.vocabulary.checks`): check
 primitives or procedures of the draft; they run on every draft first and a failing one means no approval,
-its message the feedback (`loops.contracts.judge`). Without a critic (evaluator) clause, the checks alone
+its message the feedback (`loops.vocabulary.contracts.judge`). Without a critic (evaluator) clause, the checks alone
 approve.
 
 A phase may be a person instead of a procedure, `(human)` or `(human "what to look for")`: e.g.
 `(critic (human))`. A person answers in an LLM role's place with that role's fields (the critic's
 `approved` and `feedback`, the evaluator's `status` and `feedback`, the Director's controller's `action`
 and `next_input`), in the iterative loop's validator and controller with their contract's (`passed`;
-`action` and `next_input`), exactly as `loops.human()` does in Python (`loops.person`); when nobody can
+`action` and `next_input`), exactly as `loops.human()` does in Python (`loops.running.person`); when nobody can
 answer, the program pauses with the stop reason `awaiting_input` (it needs a checkpoint) and resumes
 where it was.
 
@@ -63,11 +63,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loops.budget import MAX_ITERATIONS_CAP, Budget
-from loops.context import current_run
-from loops.contracts import CREATOR_CRITIC, DIRECTOR, EXECUTE_VALIDATE, PhaseContract, verdict_approved
 from loops.errors import AwaitingInput, ConfigurationError, ContractError
-from loops.person import Human, human
+from loops.running.person import Human, human
 from loops.sexp.errors import ArityError, DslTypeError, DslValueError
 from loops.sexp.evaluator import (
     Analyzer,
@@ -83,6 +80,9 @@ from loops.sexp.evaluator import (
 from loops.sexp.primitives import get_field
 from loops.sexp.reader import Node
 from loops.sexp.values import NIL, Symbol, is_list, to_dsl, to_source
+from loops.vocabulary.budget import MAX_ITERATIONS_CAP, Budget
+from loops.vocabulary.context import current_run
+from loops.vocabulary.contracts import CREATOR_CRITIC, DIRECTOR, EXECUTE_VALIDATE, PhaseContract, verdict_approved
 
 __all__ = ["LOOP_FORMS", "ProgramOutcome", "program_outcome"]
 
@@ -432,7 +432,7 @@ def program_outcome(ev: Evaluation) -> ProgramOutcome:
 
 
 def _execute_validate(phases: dict[str, Any], interpreter: Any) -> Any:
-    from loops.execute_validate import ExecuteValidateController
+    from loops.patterns.execute_validate import ExecuteValidateController
 
     # The phases work in the interpreter's workspace, where its shell tool runs. A person in the executor's place
     # writes the code as the built-in executor would; a procedure's value goes boxed (`LoopForm.boxed`).
@@ -442,13 +442,13 @@ def _execute_validate(phases: dict[str, Any], interpreter: Any) -> Any:
 
 
 def _director(phases: dict[str, Any], interpreter: Any) -> Any:
-    from loops.director import DirectorExecutorEvaluatorController
+    from loops.patterns.director import DirectorExecutorEvaluatorController
 
     return DirectorExecutorEvaluatorController(**phases)
 
 
 def _creator_critic(phases: dict[str, Any], interpreter: Any) -> Any:
-    from loops.creator_critic import CreatorCriticIterator
+    from loops.patterns.creator_critic import CreatorCriticIterator
 
     return CreatorCriticIterator(**phases)
 

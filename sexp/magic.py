@@ -14,7 +14,7 @@ Options:
 - ``--in NAME [NAME ...]``: Python variables the program reads, defined in the DSL under the same names.
 - ``--out NAME``: store the value of the cell's last form in the Python variable NAME (DSL lists arrive as
   tuples) instead of showing it.
-- ``--run NAME``: store the cell's run in NAME, a `loops.runtime.LoopResult`: the trace of every atom and
+- ``--run NAME``: store the cell's run in NAME, a `loops.running.runtime.LoopResult`: the trace of every atom and
   loop-form call, the roles' histories, LM calls and warnings.
 - ``--reset``: forget every definition of earlier cells first.
 
@@ -32,14 +32,14 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from loops.contracts import contracts
 from loops.errors import ConfigurationError, LoopsError, MissingDependencyError
-from loops.module import LoopModule
-from loops.runtime import RoleCalls, Run
+from loops.running.module import LoopModule
+from loops.running.runtime import RoleCalls, Run
 from loops.sexp.errors import DslError
 from loops.sexp.interpreter import AnalysedProgram, Interpreter
 from loops.sexp.loop_forms import ProgramOutcome, program_outcome
 from loops.sexp.values import NIL
+from loops.vocabulary.contracts import contracts
 
 __all__ = ["DslErrorView", "SexpMagics", "interpreter", "load_ipython_extension"]
 
@@ -61,7 +61,7 @@ class DslErrorView:
         self.error = error
 
     def _repr_html_(self) -> str:
-        from loops.display import dsl_error_html
+        from loops.vocabulary.display import dsl_error_html
 
         return dsl_error_html(self.error)
 

@@ -19,8 +19,8 @@ node; the evaluator attaches the call site. Numbers are ints and floats (boolean
   attributes that are methods, modules or classes, are refused, and so is any field of code (a
   procedure, a tool, an atom) or of the interpreter's own objects: the DSL reads data, it does not
   reach into Python nor into the interpreter that runs it.
-- checks (`loops.checks`): `(check:max-words 40)`, `(check:include "BPA-free")`, `(check:words 10 40)`, one
-  `check:KEY` per short form of `loops.checks.SPEC_FORMS`, and `(check "max-words=40")` for any short form:
+- checks (`loops.vocabulary.checks`): `(check:max-words 40)`, `(check:include "BPA-free")`, `(check:words 10 40)`, one
+  `check:KEY` per short form of `loops.vocabulary.checks.SPEC_FORMS`, and `(check "max-words=40")` for any short form:
   the rules a loop form's `checks` clause runs on every draft
 - sizes: a string, list or integer that a primitive would make over `Limits.max_string_chars`,
   `max_list_items` or `max_int_digits` raises `LimitExceeded` before it is made; `equal?` and
@@ -35,11 +35,11 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from loops.checks import SPEC_FORMS, parse_check
 from loops.errors import ConfigurationError
 from loops.sexp.errors import ArityError, DslTypeError, DslValueError, LimitExceeded
 from loops.sexp.evaluator import current_evaluation, current_limits
 from loops.sexp.values import NIL, Keyword, Symbol, is_list, to_dsl, to_source
+from loops.vocabulary.checks import SPEC_FORMS, parse_check
 
 __all__ = ["PRIMITIVES", "primitive"]
 
@@ -424,12 +424,12 @@ def _is_code(value: Any) -> bool:
 
 
 
-# -- checks (`loops.checks`): the rules a loop form's `checks` clause runs on every draft ---------------------
+# -- checks (`loops.vocabulary.checks`): the rules a loop form's `checks` clause runs on every draft -------------------
 
 
 def _check_primitive(key: str) -> Callable[..., Any]:
-    """`check:KEY`: the built-in check of the short form `KEY=value` (`loops.checks.SPEC_FORMS`), its value the
-    argument (a range, `N..M`, as two arguments: `(check:words 10 40)`); no argument for a form without one."""
+    """`check:KEY`: the built-in check of the short form `KEY=value` (`loops.vocabulary.checks.SPEC_FORMS`), its value
+    the argument (a range, `N..M`, as two arguments: `(check:words 10 40)`); no argument for a form without one."""
     form = SPEC_FORMS[key]
 
     def make(*args: Any) -> Any:

@@ -33,19 +33,19 @@ from typing import Any
 import dspy
 from pydantic import BaseModel
 
-from loops.checkpoint import stable_hash
-from loops.context import current_run
-from loops.contracts import InputContract, contracts
 from loops.errors import ConfigurationError
-from loops.module import LoopModule
-from loops.person import human, nobody_to_answer
-from loops.runtime import RoleCalls, Run
+from loops.recording.checkpoint import stable_hash
+from loops.running.module import LoopModule
+from loops.running.person import human, nobody_to_answer
+from loops.running.runtime import RoleCalls, Run
 from loops.sexp.atoms import atom_predictors
 from loops.sexp.errors import LimitExceeded
 from loops.sexp.evaluator import Env, Limits, out_of_memory
 from loops.sexp.interpreter import Interpreter
 from loops.sexp.loop_forms import ProgramOutcome, program_outcome
 from loops.sexp.values import to_dsl
+from loops.vocabulary.context import current_run
+from loops.vocabulary.contracts import InputContract, contracts
 
 __all__ = ["SexpProgram", "compile", "read_program"]
 

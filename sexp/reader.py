@@ -21,9 +21,9 @@ import bisect
 import re
 from typing import Any
 
-from loops.contracts import as_text, first_non_text
 from loops.sexp.errors import DslSyntaxError, IncompleteInput
 from loops.sexp.values import NIL, Keyword, Symbol, to_source
+from loops.vocabulary.contracts import as_text, first_non_text
 
 __all__ = ["Node", "Source", "read"]
 

@@ -3,7 +3,7 @@
 Every model is frozen: a phase hands its result to the next phase and the loop's history keeps it,
 so nobody may change it afterwards. Like every signature, these import nothing of the runtime:
 reading a phase's value into them (a controller's tuple, an executor's dict) happens where the loop
-takes its decisions (`loops.contracts`, `loops.code`).
+takes its decisions (`loops.vocabulary.contracts`, `loops.patterns.code`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class CodeRequest(_Frozen):
     """What the built-in executor of the Execute–Validate–Controller loop is asked in one iteration.
 
     The loop's public input is a str (the prompt) or a dict with a `prompt` str and, optionally, the
-    other fields (`loops.code.code_request` reads either form): `files` (workspace files shown to the
+    other fields (`loops.patterns.code.code_request` reads either form): `files` (workspace files shown to the
     executor), `target_file` (the file it writes;
     default the module's), `expected_names` (names the code must define), `feedback` (what failed
     before), `interface` (what the tests call, read from the workspace before the first attempt) and
@@ -125,7 +125,7 @@ class StructuredAnalysisResult(_Frozen):
 
 class ControllerDecision(_Frozen):
     """The controller's verdict: `continue` with a value for the next iteration, or `stop` with the
-    final value. `loops.contracts.decision` also accepts the ADR's tuple and dict forms."""
+    final value. `loops.vocabulary.contracts.decision` also accepts the ADR's tuple and dict forms."""
 
     action: Literal["continue", "stop"]
     value: Any = None

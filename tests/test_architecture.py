@@ -2,7 +2,7 @@
 module (imports inside functions included), there is no import cycle, every public module says what it
 exports, and the size goals hold: no module over 600 lines but those docs/architecture.md allows and says why,
 a `Run` of at most 300 lines, and no function over 60 lines in the runtime, the patterns or the CLI; and no step
-of a pattern asks whether a phase is the built-in one (it calls the phase, `loops.module.Phase`)."""
+of a pattern asks whether a phase is the built-in one (it calls the phase, `loops.running.module.Phase`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 import loops
 import loops.errors as errors
-from loops.runtime import LIMIT_REASONS
+from loops.running.runtime import LIMIT_REASONS
 from loops.sexp.errors import DslError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,9 +150,9 @@ def test_every_module_has_a_place_in_the_layers():
 
 @pytest.mark.parametrize(("module", "source"), [
     # Today's layout with each of the cycles the house removed put back, one at a time.
-    ("loops.context", "from loops.runtime import Run\n"),
-    ("loops.lm.embedded", "def f():\n    from loops.runtime import current_run\n"),
-    ("loops.runtime", "def f():\n    from loops.notebook import step_html\n"),
+    ("loops.vocabulary.context", "from loops.running.runtime import Run\n"),
+    ("loops.lm.embedded", "def f():\n    from loops.running.runtime import current_run\n"),
+    ("loops.running.runtime", "def f():\n    from loops.notebook import step_html\n"),
     ("loops.signatures.results", "def f():\n    from loops.errors import DecisionError\n"),
     ("loops.cli.options", "from loops.cli import app\n"),
 ])
@@ -167,6 +167,44 @@ def test_a_cycle_through_a_function_level_import_is_found():
                           "c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\n"})
     assert cycles(graph) == [["a", "b"]]
     assert graph["c"] == set()  # annotations only: never imported at run time
+
+
+# --- the rooms: each module of loops/ in a package that says what it holds, or at the top on purpose -----------
+
+# The rooms of loops/, each a package (`lm` and `cli` were packages before the others).
+ROOMS = {"vocabulary", "running", "recording", "observers", "patterns", "tools", "lm", "cli"}
+# What stays at the top of loops/, and why (docs/architecture.md, "The rooms as packages"): the package and its
+# `__main__`, what every room or no room needs (`errors`, `choices`, `identity`), the uses of loops above them all.
+TOP_LEVEL = {"loops", "loops.__main__", "loops.errors", "loops.choices", "loops.identity", "loops.batch",
+             "loops.batch_records", "loops.notebook"}
+PAGE = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+
+
+def homeless(modules: list[str]) -> list[str]:
+    """The modules of `modules` (of loops/) in no room and not on the short list of those at the top."""
+    return [name for name in modules if name not in TOP_LEVEL and name.split(".")[1] not in ROOMS]
+
+
+def test_every_module_of_loops_is_in_a_room_or_on_the_short_list_at_the_top():
+    library = [name for name, path in MODULES.items() if path.is_relative_to(ROOT / "loops")]
+    assert homeless(library) == []
+    assert {path.parent.name for path in (ROOT / "loops").glob("*/__init__.py")} == ROOMS
+    assert homeless(["loops.checks", "loops.vocabulary.checks"]) == ["loops.checks"]  # a module put back flat
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_each_room_is_a_package_that_says_what_it_holds_and_the_page_names_it(room):
+    docstring = ast.get_docstring(ast.parse(SOURCES[f"loops.{room}"]))
+    assert docstring and len(docstring.split()) >= 12, f"loops/{room}/__init__.py says too little of what it holds"
+    assert f"`loops.{room}`" in PAGE or f"| `{room}` |" in PAGE, f"docs/architecture.md does not name {room}"
+
+
+def test_each_old_path_names_a_module_of_its_room():
+    """`loops._MOVED` (the paths of before the rooms, still importable: tests/loops/test_old_paths.py) holds each
+    moved module where it now is, and nothing is left at its old path."""
+    for old, room in loops._MOVED.items():
+        assert f"loops.{room}.{old}" in MODULES and room in ROOMS, old
+        assert f"loops.{old}" not in MODULES, f"loops/{old} is back at its old path"
 
 
 # --- what each module exports --------------------------------------------------------------------------
@@ -195,6 +233,7 @@ def readme_imports() -> list[tuple[str, str]]:
             for dotted in re.findall(r"(?<![\w.])loops(?:\.\w+)+", block):
                 if _span_attribute(dotted):
                     continue
+                dotted = loops._room_path(dotted) or dotted  # a path of before the rooms (`loops.checks`)
                 parts = dotted.split(".")
                 module = max((".".join(parts[:end]) for end in range(1, len(parts))
                               if ".".join(parts[:end]) in MODULES), key=len)
@@ -205,9 +244,9 @@ def readme_imports() -> list[tuple[str, str]]:
 
 
 def _span_attribute(dotted: str) -> bool:
-    """Whether `dotted` is one of the names `loops.tracing` gives its spans and their attributes
+    """Whether `dotted` is one of the names `loops.observers.tracing` gives its spans and their attributes
     (`loops.batch.example`, `loops.stop_reason`, `loops.budget.*`): a name in a trace, not in a module."""
-    from loops.tracing import ATTRIBUTES, SPANS
+    from loops.observers.tracing import ATTRIBUTES, SPANS
 
     names = [*(name for name, _, _ in ATTRIBUTES), *(name for name, _, _ in SPANS.values())]
     return any(dotted == name or (name.endswith(".*") and dotted.startswith(name[:-2])) for name in names)
@@ -244,11 +283,13 @@ def test_every_error_the_library_raises_is_drawn_in_the_tree():
 MAX_MODULE_LINES = 600
 MAX_RUN_LINES = 300
 LONG_FUNCTION_LINES = 60
-# The runtime: `loops.runtime` and the rooms it is built from.
-RUNTIME = {"loops.runtime", "loops.module", "loops.calls", "loops.replay", "loops.drivers", "loops.failures",
-           "loops.steps", "loops.histories", "loops.roles", "loops.usage", "loops.deadline", "loops.budget",
-           "loops.context"}
-PATTERNS = {"loops.creator_critic", "loops.director", "loops.execute_validate", "loops.refine", "loops.prose"}
+# The runtime: `loops.running.runtime` and the rooms it is built from.
+RUNTIME = {"loops.running.runtime", "loops.running.module", "loops.running.calls", "loops.running.replay",
+           "loops.running.drivers", "loops.running.failures", "loops.running.steps", "loops.running.histories",
+           "loops.running.roles", "loops.vocabulary.usage", "loops.vocabulary.deadline", "loops.vocabulary.budget",
+           "loops.vocabulary.context"}
+PATTERNS = {"loops.patterns.creator_critic", "loops.patterns.director", "loops.patterns.execute_validate",
+            "loops.patterns.refine", "loops.patterns.prose"}
 CLI = {name for name in MODULES if name == "loops.cli" or name.startswith("loops.cli.")}
 
 
@@ -336,9 +377,9 @@ def limit_checks(name: str, source: str) -> list[str]:
 
 
 def test_every_limit_is_checked_by_the_budget():
-    found = [check for name, source in SOURCES.items() if name != "loops.budget" and name not in NOT_A_BUDGET
+    found = [check for name, source in SOURCES.items() if name != "loops.vocabulary.budget" and name not in NOT_A_BUDGET
              for check in limit_checks(name, source)]
-    assert not found, "a limit is checked outside loops.budget (ask Budget instead):\n" + "\n".join(found)
+    assert not found, "a limit is checked outside loops.vocabulary.budget (ask Budget instead):\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize("planted", [
@@ -350,8 +391,9 @@ def test_the_limit_scan_finds_a_check_written_elsewhere(planted):
     assert limit_checks("loops.planted", planted)
 
 
-VALUE_TYPES = [("loops.budget", "Budget"), ("loops.budget", "RetryPolicy"), ("loops.profile", "ModelProfile"),
-               ("loops.steps", "Step"), ("loops.usage", "Usage"), ("loops.runtime", "LoopResult")]
+VALUE_TYPES = [("loops.vocabulary.budget", "Budget"), ("loops.vocabulary.budget", "RetryPolicy"),
+               ("loops.vocabulary.profile", "ModelProfile"), ("loops.running.steps", "Step"),
+               ("loops.vocabulary.usage", "Usage"), ("loops.running.runtime", "LoopResult")]
 
 
 @pytest.mark.parametrize(("module", "name"), VALUE_TYPES)
@@ -371,10 +413,10 @@ def test_every_field_of_a_public_value_type_has_its_own_docstring(module, name):
 
 
 def builtin_branches(name: str, source: str) -> list[str]:
-    """Where a pattern asks whether a phase is the built-in one outside building it: any `self._builtin...` read
-    outside `__init__` (`_builtin_phases`, what a call takes, apart), and in a step (a function a run goes
-    through: one that takes the run, and the `settings` its loop reads) any name of it at all (`builtin_executor`,
-    `phase.builtin`). A step calls its phase (`loops.module.Phase`: `call`, `turn`, `ask`, `either`), which knows."""
+    """Where a pattern asks whether a phase is the built-in one outside building it: any `self._builtin...` read outside
+    `__init__` (`_builtin_phases`, what a call takes, apart), and in a step (a function a run goes through: one that
+    takes the run, and the `settings` its loop reads) any name of it at all (`builtin_executor`, `phase.builtin`). A
+    step calls its phase (`loops.running.module.Phase`: `call`, `turn`, `ask`, `either`), which knows."""
     found = set()
     for function in ast.walk(ast.parse(source)):
         if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) or function.name == "__init__":

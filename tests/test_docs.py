@@ -84,11 +84,12 @@ def _quoted_in_examples() -> list[tuple[str, str]]:
 def test_no_example_request_shares_a_subject_with_a_worked_draft():
     # The embedded creator is shown WORKED_DRAFTS: asked for one of their subjects, it echoes its own example, and
     # a session that follows the docs looks better than the model is.
-    from loops.prose import WORKED_DRAFTS
+    from loops.patterns.prose import WORKED_DRAFTS
 
     examples = _quoted_in_examples()
     assert len(examples) > 100
     subjects = {request.split(".")[0]: _words(request.split(".")[0]) for request, _ in WORKED_DRAFTS}
     overlaps = [(where, text, brief) for where, text in examples for brief, subject in subjects.items()
                 if subject & _words(text)]
-    assert not overlaps, f"example requests on a worked draft's subject (loops.prose.WORKED_DRAFTS): {overlaps}"
+    assert not overlaps, ("example requests on a worked draft's subject (loops.patterns.prose.WORKED_DRAFTS): "
+                          f"{overlaps}")

@@ -73,4 +73,5 @@ def test_import_loops_and_loops_help_load_neither_dspy_nor_litellm():
 
     assert checked.stderr.strip().splitlines()[-1] == "[] []", checked.stderr
     assert "Usage:" in checked.stdout
-    assert loops.CreatorCriticIterator.__module__ == "loops.creator_critic"  # a name is imported when first used
+    # a name is imported when first used
+    assert loops.CreatorCriticIterator.__module__ == "loops.patterns.creator_critic"

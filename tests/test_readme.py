@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
 # Asks a person at a terminal, which a test has not (the block after it shows the same loop pausing instead).
 AT_A_TERMINAL = "critic=loops.human())"
-# Sends every later run's spans to an OTLP collector the test has not (tests/loops/test_tracing.py enables tracing
-# into a provider of its own, and test_tracing_mlflow.py into a real collector).
-TO_A_COLLECTOR = "loops.tracing.enable()"
+# Sends every later run's spans to an OTLP collector the test has not (tests/loops/observers/test_tracing.py enables
+# tracing into a provider of its own, and test_tracing_mlflow.py into a real collector).
+TO_A_COLLECTOR = "loops.observers.tracing.enable()"
 RUNNABLE = [block for block in BLOCKS if AT_A_TERMINAL not in block and TO_A_COLLECTOR not in block]
 PATTERNS = ("CreatorCriticIterator(", "ExecuteValidateController(", "DirectorExecutorEvaluatorController(", "sexp",
             "Refine(")

@@ -41,8 +41,8 @@ from loops.cli.options import (
     with_options,
 )
 from loops.cli.progress import TraceFile, open_trace
-from loops.context import observing
 from loops.errors import ConfigurationError
+from loops.vocabulary.context import observing
 
 if TYPE_CHECKING:
     import dspy
@@ -157,7 +157,7 @@ def unnamed_model_note(roles: list[str], lm: Any, model: str, command: str) -> s
     """What a program saved by a command does not say of its model, said the way a command's user gives one: the
     roles that ran on `--model` (`lm`), unless it is the embedded model, the --model of every command that runs a
     saved program unless told."""
-    from loops.saving import lm_reference
+    from loops.running.saving import lm_reference
 
     if not roles or lm_reference(lm) == "local":
         return None

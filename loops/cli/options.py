@@ -50,9 +50,9 @@ ProfileName = enum.StrEnum("ProfileName", {name: name for name in PROFILE_NAMES}
 
 # The programs a command runs by name, as module:class (imported when a command runs, not for --help); any
 # other is a DSL program, FILE.sexp.
-KINDS = {"refine": "loops.creator_critic:CreatorCriticIterator",
-         "fix": "loops.execute_validate:ExecuteValidateController",
-         "direct": "loops.director:DirectorExecutorEvaluatorController"}
+KINDS = {"refine": "loops.patterns.creator_critic:CreatorCriticIterator",
+         "fix": "loops.patterns.execute_validate:ExecuteValidateController",
+         "direct": "loops.patterns.director:DirectorExecutorEvaluatorController"}
 
 
 def exit_code(stop_reason: str, success: bool) -> int:
@@ -102,7 +102,7 @@ def people(kind: str, roles: list[str] | None) -> dict[str, Any]:
     usage error naming the roles there are."""
     if not roles:
         return {}
-    from loops.person import human
+    from loops.running.person import human
 
     known = list(kind_class(kind).contracts)
     unknown = [role for role in roles if role not in known]
@@ -232,7 +232,8 @@ class ShellGrant:
 
 @dataclass(frozen=True)
 class Telemetry:
-    """Whether the command's loop runs are traced (`loops.tracing`): an option of every command that runs one."""
+    """Whether the command's loop runs are traced (`loops.observers.tracing`): an option of every command that runs
+    one."""
 
     otel: Annotated[bool, typer.Option(
         "--otel", help="Send every loop run as OpenTelemetry spans (GenAI conventions) over OTLP/HTTP to "
@@ -241,7 +242,7 @@ class Telemetry:
 
     def start(self) -> None:
         if self.otel:
-            from loops.tracing import enable
+            from loops.observers.tracing import enable
 
             enable(otlp=True)
 
@@ -297,7 +298,7 @@ def name_value_pairs(items: list[str], option: str, example: str) -> list[tuple[
 def load_program(kind: str, program: Path | None, **arguments: Any) -> dspy.Module:
     """The program a command runs: the saved one at `program` (checked to be of `kind`; `arguments` given
     override its own), or a new one of `kind` built with `arguments`. None means "not given"."""
-    from loops.saving import load, objects_to_give, saved_class
+    from loops.running.saving import load, objects_to_give, saved_class
 
     arguments = {name: value for name, value in arguments.items() if value is not None}
     if kind not in KINDS and not kind.endswith(".sexp"):

@@ -27,8 +27,8 @@ PlainTextOption = Annotated[bool | None, typer.Option("--plain-text/--no-plain-t
     "The writing roles answer with the text itself, at most 160 tokens (a small model's way), or inside a JSON "
     "object beside their reasoning [default: plain text on a small model (--profile), else not]"))]
 ExamplesOption = Annotated[bool | None, typer.Option("--examples/--no-examples", help=(
-    "Show the writing role worked examples of short texts that meet their requests (loops.prose.WORKED_DRAFTS) "
-    "[default: on a small model (--profile), else no]"))]
+    "Show the writing role worked examples of short texts that meet their requests "
+    "(loops.patterns.prose.WORKED_DRAFTS) [default: on a small model (--profile), else no]"))]
 ProgramOption = Annotated[Path | None, typer.Option(
     "--program", help="Run a saved program (loops optimize --out, or module.save): its demos, instructions and "
     "configuration; options given here override its own")]
@@ -56,8 +56,8 @@ def refine(
     """Creator–Critic–Iterator: draft, then revise until the draft is approved: every --check holds, and the
     critic approves (or, with --critic checks, the checks alone).
 
-    Unset, --plain-text and --examples follow the model (loops.prose.prose_defaults)."""
-    from loops.checks import as_checks
+    Unset, --plain-text and --examples follow the model (loops.patterns.prose.prose_defaults)."""
+    from loops.vocabulary.checks import as_checks
 
     checks = as_checks(check) or None  # a bad spec: one line, exit 2, before any LM call
     judges = {"critic": critic.value if critic else None, **people("refine", human)}  # --human critic: a person
@@ -99,16 +99,16 @@ def fix(
         "Ask the analyst LLM for the next instruction after failing tests [default: not on the embedded "
         "model, else yes]"))] = None,
     max_iterations: Annotated[int | None, typer.Option(min=0, max=1000, help=(
-        "Execute-validate cycles at most [default: by model, loops.code.code_loop_defaults]"))] = None,
+        "Execute-validate cycles at most [default: by model, loops.patterns.code.code_loop_defaults]"))] = None,
     program: ProgramOption = None,
     human: HumanOption = None,
 ) -> None:
     """Execute–Validate–Controller: write code, run the tests, repeat until they pass.
 
-    Unset options follow the model (loops.code.code_loop_defaults)."""
-    from loops.code.defaults import code_loop_defaults
-    from loops.execute_validate import DEFAULT_TARGET_FILE, ExecuteValidateController
-    from loops.validators import ShellValidator
+    Unset options follow the model (loops.patterns.code.code_loop_defaults)."""
+    from loops.patterns.code.defaults import code_loop_defaults
+    from loops.patterns.execute_validate import DEFAULT_TARGET_FILE, ExecuteValidateController
+    from loops.tools.validators import ShellValidator
 
     ShellValidator(workspace=workspace).check(test_command)
     if target_file is None and program is None:  # said before the run: the tests' imports decide the file
@@ -134,7 +134,7 @@ def fix(
 def _tests_title(result: Any) -> str:
     """The verdict on the code kept, with how many tests passed when the test run counted them (pytest's)."""
     from loops.signatures.results import ValidationResult
-    from loops.validators import parse_pytest_counts
+    from loops.tools.validators import parse_pytest_counts
 
     verdict = "tests pass" if result.success else "tests still fail"
     validation = (result.best_attempt or {}).get("validation") if isinstance(result.best_attempt, dict) else None
@@ -165,8 +165,8 @@ def direct(
     """Director–Executor–Evaluator–Controller: plan, execute, evaluate, until the evaluator passes it (never while a
     --check fails).
 
-    Unset, --plain-text and --examples (of the executor) follow the model (loops.prose.prose_defaults)."""
-    from loops.checks import as_checks
+    Unset, --plain-text and --examples (of the executor) follow the model (loops.patterns.prose.prose_defaults)."""
+    from loops.vocabulary.checks import as_checks
 
     checks = as_checks(check) or None
     judges = {"evaluator": evaluator.value if evaluator else None, **people("direct", human)}

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import typer
 from rich.panel import Panel
 
-from loops.budget import Budget
 from loops.cli.options import (
     EXIT_NO_SUCCESS,
     ModelChoice,
@@ -23,6 +22,7 @@ from loops.cli.options import (
 )
 from loops.cli.progress import finish_report, run_with_progress
 from loops.errors import ConfigurationError
+from loops.vocabulary.budget import Budget
 
 __all__ = ["dsl_value", "repl", "run_program"]
 
@@ -112,8 +112,8 @@ def _program_bindings(assignments: list[str], run: RunOptions) -> dict[str, Any]
 
 
 def _show_result(program: Path, result: Any, seconds: float) -> None:
-    from loops.display import lm_calls_text
     from loops.sexp import to_source
+    from loops.vocabulary.display import lm_calls_text
 
     outcome = "success" if result.success else "no success"  # the last loop form's, or the program's own verdict
     console.print(Panel(to_source(result.result), title=f"{program.name}: {result.stop_reason}, {outcome}",

@@ -22,14 +22,14 @@ from rich.table import Table
 from rich.text import Text
 
 from loops.cli.options import EXIT_INTERRUPTED, ModelChoice, console, exit_code, new_run_id
-from loops.context import observing
 from loops.errors import ConfigurationError
+from loops.vocabulary.context import observing
 
 if TYPE_CHECKING:
     import dspy
 
-    from loops.person import Question
-    from loops.runtime import Step
+    from loops.running.person import Question
+    from loops.running.runtime import Step
 
 __all__ = ["LiveProgress", "TraceFile", "finish_report", "open_trace", "report", "run_with_progress",
            "say_interrupted", "show_question"]
@@ -95,9 +95,9 @@ class LiveProgress:
         return table
 
     def ask(self, question: Question) -> dict[str, Any]:
-        """A person's turn at the terminal (`loops.person.ask_at_terminal`): the live table stops where it is, the
-        question and the prompts follow it, and the calls after the answer go on in a table below."""
-        from loops.person import ask_at_terminal
+        """A person's turn at the terminal (`loops.running.person.ask_at_terminal`): the live table stops where it is,
+        the question and the prompts follow it, and the calls after the answer go on in a table below."""
+        from loops.running.person import ask_at_terminal
 
         self.running = None
         self.live.stop()
@@ -131,14 +131,14 @@ class LiveProgress:
 
 
 def _role(step: Step) -> str:
-    from loops.display import step_role
+    from loops.vocabulary.display import step_role
 
     return "  " * step.depth + escape(step_role(step))
 
 
 def _outcome(step: Step) -> str:
-    """What the step came to, by the one rule every display follows (`loops.display.step_outcome`)."""
-    from loops.display import step_outcome  # with the run, not before: --help loads no DSPy
+    """What the step came to, by the one rule every display follows (`loops.vocabulary.display.step_outcome`)."""
+    from loops.vocabulary.display import step_outcome  # with the run, not before: --help loads no DSPy
 
     outcome = escape(step_outcome(step))
     return f"[red]{outcome}[/red]" if step.error else outcome
@@ -155,7 +155,7 @@ def run_with_progress(module: dspy.Module, model: dspy.BaseLM | ModelChoice, tra
     """
     import dspy
 
-    from loops.person import answering, person_at_hand
+    from loops.running.person import answering, person_at_hand
 
     # `fix` and `run` resolve their --model before the run (its defaults, the atoms' model) and pass the LM
     lm = model.resolve() if isinstance(model, ModelChoice) else model
@@ -222,7 +222,7 @@ def report(result: dspy.Prediction, seconds: float, title: str, passed: str = ""
     """Print the outcome, and the question of a run that waits for a person, and exit with its code (0
     success, 1 no success, 3 the run failed, 4 it waits for a person's answer). `passed` says why a loop
     that stopped with success stopped ("the tests pass"): the stop reason `stopped` alone does not."""
-    from loops.display import lm_calls_text
+    from loops.vocabulary.display import lm_calls_text
 
     final = result.final
     shown = str(getattr(final, "content", final) or "")

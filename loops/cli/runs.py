@@ -22,7 +22,7 @@ from loops.cli.options import console, name_value_pairs
 from loops.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from loops.checkpoint import Removal, SQLiteStore
+    from loops.recording.checkpoint import Removal, SQLiteStore
 
 __all__ = ["app"]
 
@@ -37,7 +37,7 @@ RunArgument = Annotated[str, typer.Argument(metavar="RUN_ID", help="The run's id
 @contextmanager
 def _store(path: Path) -> Iterator[SQLiteStore]:
     """The checkpoint file at `path`, closed after the command (so that it is whole on its own)."""
-    from loops.checkpoint import SQLiteStore
+    from loops.recording.checkpoint import SQLiteStore
 
     if not path.is_file():
         raise typer.BadParameter(f"{str(path)!r} does not exist", param_hint="CHECKPOINT")
@@ -48,7 +48,7 @@ def _store(path: Path) -> Iterator[SQLiteStore]:
 @app.command("list")
 def list_runs(checkpoint: CheckpointArgument) -> None:
     """One line per run: its id, program, when it started, calls recorded and how it ended."""
-    from loops.checkpoint import program_name
+    from loops.recording.checkpoint import program_name
 
     table = Table(title=str(checkpoint))
     for column in ("run id", "program", "started", "calls", "stop reason"):
@@ -67,9 +67,9 @@ def show(checkpoint: CheckpointArgument, run_id: RunArgument, page: Annotated[Pa
         "cost, pauses and limits; needs loops[notebooks])")] = None) -> None:
     """Every recorded call of one run (role, iteration, seconds, LM calls, tokens, outputs; a person's answers
     marked), and the question it waits on when it paused for a person."""
-    from loops.checkpoint import unknown_run, unpack
-    from loops.display import step_role
-    from loops.person import pending_question
+    from loops.recording.checkpoint import unknown_run, unpack
+    from loops.running.person import pending_question
+    from loops.vocabulary.display import step_role
 
     with _store(checkpoint) as store:
         runs = {run.run_id: run for run in store.runs()}
@@ -126,8 +126,8 @@ def answer(
     """Record a person's answer to the question a paused run waits on (stop reason awaiting_input), checked
     against the role's fields; then run the same command again with --run-id (or call the loop with the same
     checkpoint and run_id) to go on, with nothing before the question asked again."""
-    from loops.person import answer as record_answer
-    from loops.person import pending_question
+    from loops.running.person import answer as record_answer
+    from loops.running.person import pending_question
 
     values = dict(name_value_pairs(assignments, "--set", "approved=true"))
     with _store(checkpoint) as store:
@@ -148,7 +148,7 @@ def delete(
     """Delete runs (their calls, their question and the runs nested in them), then compact the file (VACUUM)
     and say its size before and after. Nothing is deleted when one of them is not in the file or is in
     progress."""
-    from loops.checkpoint import delete_runs
+    from loops.recording.checkpoint import delete_runs
 
     with _store(checkpoint) as store:
         removal = delete_runs(store, run_ids)
@@ -171,8 +171,8 @@ def prune(
 ) -> None:
     """Delete the runs that match every option given (by age, by stop reason, all but the newest N), leaving the
     runs in progress, then compact the file (VACUUM) and say its size before and after."""
-    from loops.checkpoint import prune_runs
-    from loops.runtime import STOP_REASONS
+    from loops.recording.checkpoint import prune_runs
+    from loops.running.runtime import STOP_REASONS
 
     if older_than is None and not status and keep_last is None:
         raise ConfigurationError("say which runs to prune: --older-than AGE, --status STOP_REASON or --keep-last N")

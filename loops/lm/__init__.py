@@ -10,7 +10,7 @@
 - `loops.lm.messages`: what the engines share (a request as chat messages, its sampling settings).
 
 What the runtime needs of a model (its adapter, its history window, its price) it reads from the
-model's profile (`loops.profile`), never from here.
+model's profile (`loops.vocabulary.profile`), never from here.
 """
 
 import os

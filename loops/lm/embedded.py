@@ -41,11 +41,11 @@ from dspy.lm15 import (
     Usage,
 )
 
-from loops import profile
-from loops.context import before_request, deadline, given_up, within_deadline
 from loops.errors import LimitReached, MissingDependencyError, RequestRefused
 from loops.lm.cores import FreeCores, fixed_threads, thread_counts
 from loops.lm.messages import SAMPLING, chat_messages, sampling_options
+from loops.vocabulary import profile
+from loops.vocabulary.context import before_request, deadline, given_up, within_deadline
 
 __all__ = ["CONTEXT_TOKENS", "DEFAULT_MAX_TOKENS", "EMBEDDED_HISTORY_WINDOW", "EMBEDDED_PROFILE", "MODEL",
            "REPEAT_PENALTY", "AsyncLlamaEngine", "LlamaEngine", "is_embedded", "local_lm", "model_path"]

@@ -17,11 +17,11 @@ import dspy
 import orjson
 from dspy.utils import exceptions as dspy_errors
 
-from loops.adapters import ADAPTERS
 from loops.errors import ConfigurationError
 from loops.lm.embedded import local_lm
 from loops.lm.server import ServerLM
-from loops.profile import with_adapter, with_size
+from loops.vocabulary.adapters import ADAPTERS
+from loops.vocabulary.profile import with_adapter, with_size
 
 __all__ = ["REMOTE_MAX_TOKENS", "SERVED_ADAPTER", "resolve"]
 
@@ -49,18 +49,17 @@ def resolve(
     it is, and a string is a LiteLLM model string, checked now so that an unknown provider fails
     before any LM call.
 
-    `api_base` is the address of an OpenAI-compatible server (llama.cpp, vLLM, ...) that serves the
-    string's model (`openai/<name>`; see `ServerLM`); `api_key_env` names the environment variable
-    holding its key, read now. `max_tokens` (per request) and `temperature` default per kind of model:
-    the embedded model's own (512, 0.0); else `REMOTE_MAX_TOKENS` and the model's own temperature.
-    `adapter` ('chat', 'json' or 'compact', see `ADAPTERS`) travels with the LM: every role on it uses
-    that adapter unless the context or the role sets another (its profile, `loops.profile`); with `api_base`
-    it defaults to `SERVED_ADAPTER`, else to the model's own (the embedded model's `compact`, DSPy's `chat`).
-    `profile` ('small' or 'capable') declares what the model is, over what its name says (`loops.profile`: the
-    embedded model and a SmolLM or a model of at most a billion parameters by its name are small): a small model's
-    writing roles answer in plain text with worked examples, its code loop draws several candidates, its roles
-    see their last few turns. A given LM is copied before settings are applied to it. Every mistake is a
-    `ConfigurationError`, raised before any call.
+    `api_base` is the address of an OpenAI-compatible server (llama.cpp, vLLM, ...) that serves the string's model
+    (`openai/<name>`; see `ServerLM`); `api_key_env` names the environment variable holding its key, read now.
+    `max_tokens` (per request) and `temperature` default per kind of model: the embedded model's own (512, 0.0); else
+    `REMOTE_MAX_TOKENS` and the model's own temperature. `adapter` ('chat', 'json' or 'compact', see `ADAPTERS`) travels
+    with the LM: every role on it uses that adapter unless the context or the role sets another (its profile,
+    `loops.vocabulary.profile`); with `api_base` it defaults to `SERVED_ADAPTER`, else to the model's own (the embedded
+    model's `compact`, DSPy's `chat`). `profile` ('small' or 'capable') declares what the model is, over what its name
+    says (`loops.vocabulary.profile`: the embedded model and a SmolLM or a model of at most a billion parameters by its
+    name are small): a small model's writing roles answer in plain text with worked examples, its code loop draws
+    several candidates, its roles see their last few turns. A given LM is copied before settings are applied to it.
+    Every mistake is a `ConfigurationError`, raised before any call.
 
     A string's LM gets `num_retries=0`: the loop's `RetryPolicy` retries transient errors itself,
     within the run's budget, and DSPy's own retries underneath would multiply every request unseen.
@@ -182,7 +181,7 @@ def _checked_api_base(url: object) -> str:
 
 
 def _declared(lm: dspy.BaseLM, adapter: str | None, profile: str | None) -> dspy.BaseLM:
-    """`lm` with the adapter and the profile it was given, when given (`loops.profile`)."""
+    """`lm` with the adapter and the profile it was given, when given (`loops.vocabulary.profile`)."""
     if adapter is not None:
         with_adapter(lm, adapter)
     return lm if profile is None else with_size(lm, profile)

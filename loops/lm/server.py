@@ -41,9 +41,9 @@ from dspy.lm15 import (
 )
 from dspy.lm15 import TimeoutError as LMTimeout
 
-from loops.context import before_request, current_run, deadline, given_up, time_left
 from loops.errors import ConfigurationError
 from loops.lm.messages import SAMPLING, chat_messages, sampling_options
+from loops.vocabulary.context import before_request, current_run, deadline, given_up, time_left
 
 __all__ = ["SERVER_TIMEOUT_S", "AsyncServerEngine", "ServerEngine", "ServerLM"]
 
@@ -100,10 +100,11 @@ class ServerEngine:
     `AsyncServerEngine` sends them with aiohttp.
 
     Inside a run, every request it sends (a re-send in another spelling too) first passes the run's limits
-    (`loops.context.before_request`), and waits no longer than the run has left (`loops.context.time_left`):
-    a request cut off at the deadline ends the run with "timeout" and counts as sent."""
+    (`loops.vocabulary.context.before_request`), and waits no longer than the run has left
+    (`loops.vocabulary.context.time_left`): a request cut off at the deadline ends the run with "timeout" and counts as
+    sent."""
 
-    loops_run_aware = True  # loops.context.RUN_AWARE
+    loops_run_aware = True  # loops.vocabulary.context.RUN_AWARE
     supports_response_schema = True
     supports_function_calling = False
     supports_reasoning = False
@@ -288,7 +289,7 @@ class AsyncServerEngine:
     CPU per request where httpx's pool took milliseconds with hundreds of requests in flight. Like it, it
     asks the run before each request and waits no longer than the run has left."""
 
-    loops_run_aware = True  # loops.context.RUN_AWARE
+    loops_run_aware = True  # loops.vocabulary.context.RUN_AWARE
 
     def __init__(self, sync: ServerEngine):
         self.sync = sync

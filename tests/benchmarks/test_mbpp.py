@@ -15,7 +15,7 @@ from benchmarks.mbpp import (
     run_task,
     summarize,
 )
-from loops.code import EMBEDDED_CODE_LOOP, draws
+from loops.patterns.code import EMBEDDED_CODE_LOOP, draws
 from tests.scripted import scripted_lm
 
 TASKS = [
@@ -95,7 +95,7 @@ HARDCODED_ADD = "def add(a, b):\n    if a == 1 and b == 2:\n        return 3\n  
 @pytest.mark.parametrize("config", ["single", "file"])
 def test_a_pass_that_returns_the_tested_values_is_reported_apart_and_not_counted(config, tmp_path):
     from loops import ExecuteValidateController
-    from loops.code import Draw
+    from loops.patterns.code import Draw
 
     if config == "file":  # a saved program (e.g. the draws optimizer's), run as saved
         path = tmp_path / "fix.json"

@@ -28,7 +28,7 @@ import loops.lm
 from loops import ConfigurationError, CreatorCriticIterator, RetryPolicy
 from loops.cli import app
 from loops.optimize import creator_critic_metric
-from loops.profile import profile_of
+from loops.vocabulary.profile import profile_of
 from tests.loops.trace_files import trace_steps
 from tests.scripted import calls, request_text, scripted_lm
 
@@ -762,7 +762,7 @@ def test_a_bad_check_in_a_batch_file_stops_the_batch_with_exit_2(lm_server, tmp_
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
 def test_checks_survive_a_ray_batch_the_programs_and_each_examples(lm_server, local_ray, tmp_path):
-    from loops.checks import Count, Include
+    from loops.vocabulary.checks import Count, Include
 
     inputs = ("requirements", "checks")
     batch = [dspy.Example(id="holds", requirements="a", checks=[Include("draft")]).with_inputs(*inputs),

@@ -46,7 +46,7 @@ def test_refine_shows_the_critics_rejection_and_traces_every_steps_outputs(serve
     output, steps = invoke(server, tmp_path, ["refine", "A haiku about rain"])
 
     # The loopback server's critic ticks every criterion and does not approve: the verdict rule takes it as not
-    # approved and says so (loops.contracts.judge).
+    # approved and says so (loops.vocabulary.contracts.judge).
     assert rows(output) == {"creator": "wrote 'a draft'", "critic": "needs revision (3/3 criteria); the critic not "
                             "approved, but every criterion passed: not approved"}
     assert [step["role"] for step in steps] == ["creator", "critic"]

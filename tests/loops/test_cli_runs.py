@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 import loops
 import loops.lm
 from loops import CreatorCriticIterator
-from loops.checkpoint import SQLiteStore
 from loops.cli import app
-from tests.loops.test_checkpoint import recorded_runs
+from loops.recording.checkpoint import SQLiteStore
+from tests.loops.recording.test_checkpoint import recorded_runs
 from tests.loops.test_long_loops import never_approving
 from tests.scripted import calls, scripted_lm
 

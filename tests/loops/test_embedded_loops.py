@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 import loops.lm
 import loops.lm.embedded
 from loops import CreatorCriticIterator, ExecuteValidateController, Workspace
-from loops.adapters import CompactJSONAdapter
 from loops.cli import app
 from loops.lm import local_lm
-from loops.profile import adapter_for
+from loops.vocabulary.adapters import CompactJSONAdapter
+from loops.vocabulary.profile import adapter_for
 
 pytestmark = pytest.mark.embedded
 

@@ -14,9 +14,10 @@ import pytest
 
 import loops
 import loops.lm
-from loops import Budget, ConfigurationError, CreatorCriticIterator, checkpoint
-from loops.checkpoint import MemoryStore
+from loops import Budget, ConfigurationError, CreatorCriticIterator
 from loops.errors import ReplayDivergence
+from loops.recording import checkpoint
+from loops.recording.checkpoint import MemoryStore
 from tests.scripted import calls, scripted_lm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +99,7 @@ def test_fifty_iterations_with_a_window_stay_under_the_context_limit():
 
 def test_the_embedded_model_gets_a_window_by_default():
     from loops.lm import EMBEDDED_HISTORY_WINDOW, local_lm
-    from loops.profile import profile_of
+    from loops.vocabulary.profile import profile_of
 
     assert profile_of(local_lm()).history_window == EMBEDDED_HISTORY_WINDOW
     assert profile_of(scripted_lm([])).history_window is None
@@ -187,12 +188,12 @@ def test_a_replay_whose_calls_differ_from_the_record_stops_at_that_call(monkeypa
     # The loop's own code changed between the runs: the iterator is now asked something else.
     import dataclasses
 
-    from loops.contracts import judge
+    from loops.vocabulary.contracts import judge
 
     def rewritten(*args, **options):
         return dataclasses.replace(judge(*args, **options), feedback="rewrite it all")
 
-    monkeypatch.setattr("loops.creator_critic.judge", rewritten)
+    monkeypatch.setattr("loops.patterns.creator_critic.judge", rewritten)
     with dspy.context(lm=scripted_lm([])), pytest.raises(ReplayDivergence, match="at call 3: the record has "
                                                                                 "iterator, .* with other inputs"):
         CreatorCriticIterator(max_iterations=2, checkpoint=store)(requirements="a slogan", run_id="r1")

@@ -9,7 +9,7 @@ import loops
 from loops import CreatorCriticIterator
 from loops.errors import MissingDependencyError
 from loops.notebook import TRACE_COLUMNS, plot_run, plot_timeline, timeline_html, trace_frame
-from loops.runtime import LoopResult
+from loops.running.runtime import LoopResult
 from tests.loops.sample_runs import code_run, director_run, refine_run, verdict
 from tests.loops.test_long_loops import never_approving
 from tests.scripted import Phase, scripted_lm

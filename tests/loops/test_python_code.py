@@ -1,4 +1,5 @@
-"""The Python helpers of the code loop (loops.code.python) and the executor's request (loops.code.code_request)."""
+"""The Python helpers of the code loop (loops.patterns.code.python) and the executor's request
+(loops.patterns.code.code_request)."""
 
 import shlex
 import sys
@@ -6,7 +7,14 @@ import sys
 import pytest
 
 from loops import ConfigurationError
-from loops.code import Interface, align_names, code_request, hardcoded_asserts, module_the_tests_import, read_interface
+from loops.patterns.code import (
+    Interface,
+    align_names,
+    code_request,
+    hardcoded_asserts,
+    module_the_tests_import,
+    read_interface,
+)
 from loops.signatures.results import CodeRequest
 
 MBPP_STYLE = (

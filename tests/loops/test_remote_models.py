@@ -22,15 +22,15 @@ import loops.batch
 import loops.lm
 import loops.lm.server
 from loops import CreatorCriticIterator, ExecuteValidateController
-from loops.adapters import CompactJSONAdapter
 from loops.cli import app
-from loops.code.defaults import EMBEDDED_CODE_LOOP, HOSTED_CODE_LOOP, SMALL_CODE_LOOP, code_loop_defaults
 from loops.errors import ConfigurationError
 from loops.lm import MODEL, REMOTE_MAX_TOKENS, ServerEngine, ServerLM, resolve
-from loops.profile import SMALL_HISTORY_WINDOW, adapter_for, profile_of
-from loops.prose import EMBEDDED_PROSE, HOSTED_PROSE, WORKED_DRAFTS, prose_defaults
-from loops.runtime import is_transient, setup_error
-from loops.saving import lm_reference
+from loops.patterns.code.defaults import EMBEDDED_CODE_LOOP, HOSTED_CODE_LOOP, SMALL_CODE_LOOP, code_loop_defaults
+from loops.patterns.prose import EMBEDDED_PROSE, HOSTED_PROSE, WORKED_DRAFTS, prose_defaults
+from loops.running.runtime import is_transient, setup_error
+from loops.running.saving import lm_reference
+from loops.vocabulary.adapters import CompactJSONAdapter
+from loops.vocabulary.profile import SMALL_HISTORY_WINDOW, adapter_for, profile_of
 from tests.loops.fake_openai import LLAMA_CPP_REFUSAL, answer_content, faulty_openai
 from tests.loops.trace_files import trace_steps
 from tests.scripted import scripted_lm

@@ -103,7 +103,7 @@ def test_dspy_evaluate_scores_real_creator_critic_runs():
 
 
 def _step(role, outputs, iteration=1):
-    from loops.runtime import Step
+    from loops.running.runtime import Step
 
     return Step(role=role, iteration=iteration, inputs={}, outputs=outputs, seconds=0.1)
 
@@ -158,8 +158,8 @@ def test_honest_scores_a_run_whose_code_returns_the_tested_values_as_a_failure()
 
 
 def test_checks_metric_scores_the_final_text_by_the_checks_held_and_gepa_reads_what_failed():
-    from loops.checks import run_checks
     from loops.optimize import checks_metric
+    from loops.vocabulary.checks import run_checks
 
     metric = checks_metric(["max-words=3", "include=wheel"])
     example = dspy.Example(requirements="A slogan for a bike shop.").with_inputs("requirements")

@@ -118,7 +118,7 @@ def test_gepa_reflects_with_the_metrics_text_feedback():
                            optimizer="gepa", progress=False, max_metric_calls=12, reflection_lm=reflection)
 
     assert feedback
-    # One call per role per run (loops.demos): the call the run's outcome is about.
+    # One call per role per run (loops.vocabulary.demos): the call the run's outcome is about.
     assert {calls for _, calls, _ in feedback} == {1}
     assert all("criteria failed" in text and "stop reason" in text for _, _, text in feedback)
     asked = "\n".join(str(request.messages) for request in reflection.engine.requests)
@@ -289,8 +289,8 @@ def wants(value, n):
 
 
 def test_the_draws_optimizer_chooses_on_train_saves_the_draws_and_loads_them_back(tmp_path):
-    from loops.code import Draw
     from loops.optimize.draws import CANDIDATE_KINDS
+    from loops.patterns.code import Draw
 
     trainset = [wants(2, 1), wants(2, 2), wants(3, 3), wants(1, 4), wants(5, 5)]
     valset = [wants(2, 11), wants(3, 12), wants(1, 13)]
@@ -315,7 +315,7 @@ def test_the_draws_optimizer_chooses_on_train_saves_the_draws_and_loads_them_bac
     loaded = loops.load(out)
     assert loaded.draws == tuple(chosen) and loaded.samples is None
     assert json.loads(out.read_text())["loops"]["arguments"]["draws"][0] == {
-        "__dataclass__": "loops.code:Draw",  # by the public name: `from loops.code import Draw`
+        "__dataclass__": "loops.patterns.code:Draw",  # by the public name: `from loops.patterns.code import Draw`
         "fields": {"examples": [0, 1, 2], "sampled": False, "frequency_penalty": None, "seed": None}}
     with dspy.context(lm=scripted_lm_of(drawn)):
         assert loaded(**wants(3, 21).inputs()).success

@@ -11,9 +11,7 @@ import re
 import dspy
 import pytest
 
-from loops.checks import Avoid, CheckReport, Count, Include
 from loops.errors import ConfigurationError
-from loops.junk import is_junk
 from loops.optimize import writing, writing_tasks
 from loops.optimize.writing import (
     WritingTask,
@@ -26,6 +24,8 @@ from loops.optimize.writing import (
     task_by_id,
     tasks,
 )
+from loops.vocabulary.checks import Avoid, CheckReport, Count, Include
+from loops.vocabulary.junk import is_junk
 
 ALL_TASKS = tasks("train") + tasks("heldout")
 ALL_DRAFTS = labeled_drafts("train") + labeled_drafts("heldout")

@@ -19,7 +19,7 @@ from loops.sexp import (
     WorkspaceContext,
     shell_command_tool,
 )
-from loops.validators import SAFE_ENVIRONMENT
+from loops.tools.validators import SAFE_ENVIRONMENT
 from tests.processes import killed, unique_marker
 
 

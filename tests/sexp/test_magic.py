@@ -4,7 +4,7 @@ import dspy
 import pytest
 
 from loops.errors import ConfigurationError
-from loops.runtime import LoopResult
+from loops.running.runtime import LoopResult
 from loops.sexp import DslError, UnboundName
 from tests.scripted import calls, scripted_lm
 
