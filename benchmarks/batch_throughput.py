@@ -207,7 +207,7 @@ def _start_ray() -> float:
     import ray
 
     started = time.monotonic()
-    ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     return time.monotonic() - started
 
 

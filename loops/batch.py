@@ -328,7 +328,10 @@ def _start_ray(ray: Any, address: str | None) -> None:
     if address not in (None, "local", "auto"):
         _check_answers(address)
     try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        # "local", not None: with no address Ray joins a cluster `ray start` left on this machine instead of
+        # starting the local instance this batch owns (and shuts down).
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING)
     except ConnectionError as exc:
         raise ConfigurationError(f"no Ray cluster answers at address {address!r}: {exc} Start one with `ray start "
                                  "--head` (docs/scale.md), or leave the address out for a local instance") from None

@@ -600,7 +600,7 @@ def test_ctrl_c_stops_the_batch_at_once_saying_how_many_are_done_and_how_to_resu
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray", reason="the ray extra is installed by the README's test command")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never another suite's
     assert ray.util.get_node_ip_address() == "127.0.0.1"
     yield ray
     ray.shutdown()
