@@ -172,9 +172,6 @@ class CreatorCriticIterator(LoopModule):
         inputs = {"requirements": requirements, "context": context, "checks": checks}
         return await self._aforward(limits, **self._checked_inputs(limits, inputs))
 
-    def _builtin_phases(self) -> frozenset[str]:
-        return frozenset(role for role, phase in self._phases.items() if phase.builtin)
-
     def _checks_alone(self) -> str | None:
         return "critic='checks' approves a draft" if self._critic == "checks" else None
 

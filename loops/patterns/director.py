@@ -138,9 +138,6 @@ class DirectorExecutorEvaluatorController(LoopModule):
         inputs = {"initial_input": initial_input, "checks": checks}
         return await self._aforward(limits, **self._checked_inputs(limits, inputs))
 
-    def _builtin_phases(self) -> frozenset[str]:
-        return frozenset(role for role, phase in self._phases.items() if phase.builtin)
-
     def _checks_alone(self) -> str | None:
         return "evaluator='checks' passes a result" if self._evaluator == "checks" else None
 

@@ -233,8 +233,9 @@ class LoopModule(dspy.Module):
         """What only this program can tell of inputs that fit its contract; raises `ConfigurationError`."""
 
     def _builtin_phases(self) -> frozenset[str]:
-        """The phases of this program that are the built-in ones (which read their inputs as the contract says)."""
-        return frozenset(self._llm_roles)
+        """The phases of this program that are the built-in ones (which read their inputs as the contract says): the
+        built-in LLM roles, and a person answering one's fields."""
+        return frozenset(role for role, phase in self._phases.items() if phase.builtin)
 
     def _call_options(self) -> tuple[str, ...]:
         """The names a call takes beside its inputs: each limit of its budget, or a whole budget, and where it
